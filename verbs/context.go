@@ -1,0 +1,227 @@
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// DeviceAttr are a device's attributes and limits (ibv_device_attr).
+type DeviceAttr struct {
+	FWVersion       string
+	NodeGUID        uint64
+	SysImageGUID    uint64
+	VendorID        uint32
+	VendorPartID    uint32
+	HWVersion       uint32
+	Transport       string // "InfiniBand" for RC-capable devices
+	PhysPortCnt     uint8
+	MaxMRSize       uint64
+	PageSizeCap     uint64
+	MaxQP           int
+	MaxQPWR         int
+	MaxSGE          int
+	MaxCQ           int
+	MaxCQE          int
+	MaxMR           int
+	MaxPD           int
+	MaxQPRdAtom     int // max_dest_rd_atomic: incoming READ/atomic per QP
+	MaxQPInitRdAtom int // max_rd_atomic: outstanding READ/atomic per QP
+	MaxInlineData   int
+	MaxMsgSize      uint64
+	AtomicCap       AtomicCap
+}
+
+// PortAttr are a port's attributes (ibv_port_attr).
+type PortAttr struct {
+	State       PortState
+	MaxMTU      MTU
+	ActiveMTU   MTU
+	GIDTblLen   int
+	GID         GID // GID index 0
+	LID         uint16
+	SMLID       uint16
+	LinkLayer   string // "Ethernet" or "InfiniBand"
+	ActiveSpeed string // e.g. "400 Gbps" or "memory"
+	MaxMsgSize  uint64
+}
+
+// Context is an opened device (ibv_context). It is safe for concurrent use.
+type Context struct {
+	name     string
+	provider string
+	drv      Driver
+	attr     DeviceAttr
+
+	events  chan AsyncEvent
+	dropped atomic.Uint64
+
+	mu     sync.Mutex
+	closed bool
+	npd    int
+	ncq    int
+	nqp    int
+	nmr    int
+}
+
+// Open opens a device by name, e.g. "loop0". An empty name opens the first
+// device of the first provider.
+func Open(device string) (*Context, error) {
+	for _, p := range Providers() {
+		for _, d := range p.Devices() {
+			if device == "" || d == device {
+				c := &Context{name: d, provider: p.Name(), events: make(chan AsyncEvent, 1024)}
+				drv, err := p.Open(d, c)
+				if err != nil {
+					return nil, fmt.Errorf("open %s: %w", d, err)
+				}
+				c.drv = drv
+				c.attr = drv.DeviceAttr()
+				return c, nil
+			}
+		}
+	}
+	var names []string
+	for _, d := range Devices() {
+		names = append(names, d.Device)
+	}
+	return nil, fmt.Errorf("open %q: %w (devices: %v)", device, ErrNoDevice, names)
+}
+
+// Name is the device name.
+func (c *Context) Name() string { return c.name }
+
+// Provider is the name of the provider that owns the device.
+func (c *Context) Provider() string { return c.provider }
+
+// Driver gives the provider's driver (for provider-specific extensions).
+func (c *Context) Driver() Driver { return c.drv }
+
+// QueryDevice returns the device attributes.
+func (c *Context) QueryDevice() DeviceAttr { return c.attr }
+
+// QueryPort returns the attributes of a port (ports are numbered from 1).
+func (c *Context) QueryPort(port uint8) (PortAttr, error) {
+	if port < 1 || port > c.attr.PhysPortCnt {
+		return PortAttr{}, errorf(ErrInvalidArgument, "query port: port %d: device %s has ports 1..%d", port, c.name, c.attr.PhysPortCnt)
+	}
+	return c.drv.PortAttr(port)
+}
+
+// AsyncEvent waits for the next asynchronous event (ibv_get_async_event).
+func (c *Context) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	select {
+	case ev := <-c.events:
+		return ev, nil
+	case <-ctx.Done():
+		return AsyncEvent{}, ctx.Err()
+	}
+}
+
+// DroppedEvents counts asynchronous events lost because nobody read them
+// and the queue of 1024 was full.
+func (c *Context) DroppedEvents() uint64 { return c.dropped.Load() }
+
+// PostEvent queues an asynchronous event for the application. It never
+// blocks: when the queue is full the event is counted in DroppedEvents.
+func (c *Context) PostEvent(ev AsyncEvent) {
+	select {
+	case c.events <- ev:
+	default:
+		c.dropped.Add(1)
+	}
+}
+
+// Close closes the context. Every PD, CQ and QP must be destroyed first.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errorf(ErrClosed, "close %s", c.name)
+	}
+	if c.npd+c.ncq+c.nqp+c.nmr > 0 {
+		return errorf(ErrBusy, "close %s: %d PDs, %d MRs, %d CQs, %d QPs still exist", c.name, c.npd, c.nmr, c.ncq, c.nqp)
+	}
+	c.closed = true
+	return c.drv.Close()
+}
+
+// count adjusts a resource count, enforcing a device limit when adding.
+func (c *Context) count(field *int, delta, limit int, what string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errorf(ErrClosed, "%s: context %s closed", what, c.name)
+	}
+	if delta > 0 && limit > 0 && *field+delta > limit {
+		return errorf(ErrLimit, "%s: device %s allows %d", what, c.name, limit)
+	}
+	*field += delta
+	return nil
+}
+
+// AsyncEventType names an asynchronous event (ibv_event_type).
+type AsyncEventType uint8
+
+// Asynchronous event types, numbered as in libibverbs.
+const (
+	EventCQErr       AsyncEventType = 0
+	EventQPFatal     AsyncEventType = 1
+	EventQPReqErr    AsyncEventType = 2
+	EventQPAccessErr AsyncEventType = 3
+	EventCommEst     AsyncEventType = 4
+	EventSQDrained   AsyncEventType = 5
+	EventPortActive  AsyncEventType = 9
+	EventPortErr     AsyncEventType = 10
+	EventDeviceFatal AsyncEventType = 8
+)
+
+func (t AsyncEventType) String() string {
+	switch t {
+	case EventCQErr:
+		return "CQ_ERR"
+	case EventQPFatal:
+		return "QP_FATAL"
+	case EventQPReqErr:
+		return "QP_REQ_ERR"
+	case EventQPAccessErr:
+		return "QP_ACCESS_ERR"
+	case EventCommEst:
+		return "COMM_EST"
+	case EventSQDrained:
+		return "SQ_DRAINED"
+	case EventPortActive:
+		return "PORT_ACTIVE"
+	case EventPortErr:
+		return "PORT_ERR"
+	case EventDeviceFatal:
+		return "DEVICE_FATAL"
+	}
+	return fmt.Sprintf("AsyncEventType(%d)", uint8(t))
+}
+
+// AsyncEvent is an asynchronous event (ibv_async_event). Exactly one of
+// QP, CQ and Port is set, as the type says.
+type AsyncEvent struct {
+	Type AsyncEventType
+	QP   *QP
+	CQ   *CQ
+	Port uint8
+	// Cause explains QP and CQ errors.
+	Cause error
+}
+
+func (e AsyncEvent) String() string {
+	switch {
+	case e.QP != nil:
+		if e.Cause != nil {
+			return fmt.Sprintf("%v on qp %#x: %v", e.Type, e.QP.Num(), e.Cause)
+		}
+		return fmt.Sprintf("%v on qp %#x", e.Type, e.QP.Num())
+	case e.CQ != nil:
+		return fmt.Sprintf("%v on cq %#x: %v", e.Type, e.CQ.id, e.Cause)
+	default:
+		return fmt.Sprintf("%v on port %d", e.Type, e.Port)
+	}
+}

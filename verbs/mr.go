@@ -1,0 +1,253 @@
+package verbs
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// PD is a protection domain (ibv_pd): MRs and QPs of one PD can reach each
+// other; nothing crosses PDs.
+type PD struct {
+	ctx *Context
+	id  uint32
+
+	mu   sync.Mutex
+	dead bool
+	nmr  int
+	nqp  int
+}
+
+// AllocPD allocates a protection domain.
+func (c *Context) AllocPD() (*PD, error) {
+	if err := c.count(&c.npd, 1, c.attr.MaxPD, "alloc pd"); err != nil {
+		return nil, err
+	}
+	return &PD{ctx: c, id: randKey()}, nil
+}
+
+// Context returns the context the PD belongs to.
+func (pd *PD) Context() *Context { return pd.ctx }
+
+// Dealloc frees the PD. Its MRs and QPs must be gone first.
+func (pd *PD) Dealloc() error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return errorf(ErrClosed, "dealloc pd")
+	}
+	if pd.nmr > 0 || pd.nqp > 0 {
+		return errorf(ErrBusy, "dealloc pd: %d MRs and %d QPs still use it", pd.nmr, pd.nqp)
+	}
+	pd.dead = true
+	return pd.ctx.count(&pd.ctx.npd, -1, 0, "dealloc pd")
+}
+
+func (pd *PD) use(mr, qp int) error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return errorf(ErrClosed, "pd deallocated")
+	}
+	pd.nmr += mr
+	pd.nqp += qp
+	return nil
+}
+
+// MR is a registered memory region (ibv_mr).
+//
+// The region's address is the virtual address of its first byte, as in
+// libibverbs: peers name remote memory by (rkey, address).
+type MR struct {
+	pd     *PD
+	buf    []byte
+	addr   uint64
+	lkey   uint32
+	rkey   uint32
+	access Access
+
+	// pins counts accesses in progress; the top bit marks the MR dead.
+	// Dereg sets the bit and waits for the count to drain, so no access
+	// touches the memory after Dereg returns.
+	pins atomic.Uint64
+}
+
+const mrDead = 1 << 63
+
+// RegMR registers buf for the given access. The buffer must stay alive and
+// must not be resized while registered; remote write and remote atomic need
+// local write, as in libibverbs.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	c := pd.ctx
+	switch {
+	case len(buf) == 0:
+		return nil, errorf(ErrInvalidArgument, "reg mr: length 0")
+	case uint64(len(buf)) > c.attr.MaxMRSize:
+		return nil, errorf(ErrInvalidArgument, "reg mr: length %d exceeds max_mr_size %d", len(buf), c.attr.MaxMRSize)
+	case access&^accessAll != 0:
+		return nil, errorf(ErrInvalidArgument, "reg mr: unknown access flags %#x", uint32(access&^accessAll))
+	case access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0:
+		return nil, errorf(ErrInvalidArgument, "reg mr: %v requires LOCAL_WRITE", access)
+	case access&AccessRemoteAtomic != 0 && c.attr.AtomicCap == AtomicNone:
+		return nil, errorf(ErrUnsupported, "reg mr: device %s has no atomics", c.name)
+	}
+	if err := c.count(&c.nmr, 1, c.attr.MaxMR, "reg mr"); err != nil {
+		return nil, err
+	}
+	if err := pd.use(1, 0); err != nil {
+		_ = c.count(&c.nmr, -1, 0, "reg mr")
+		return nil, errorf(ErrClosed, "reg mr: pd deallocated")
+	}
+	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
+	keys.insert(mr)
+	return mr, nil
+}
+
+// LKey is the local key, for SGEs of this QP's PD.
+func (mr *MR) LKey() uint32 { return mr.lkey }
+
+// RKey is the remote key a peer names in RDMA requests.
+func (mr *MR) RKey() uint32 { return mr.rkey }
+
+// Addr is the virtual address of the region's first byte.
+func (mr *MR) Addr() uint64 { return mr.addr }
+
+// Len is the region's length in bytes.
+func (mr *MR) Len() int { return len(mr.buf) }
+
+// Bytes is the registered memory.
+func (mr *MR) Bytes() []byte { return mr.buf }
+
+// Access is the region's access rights.
+func (mr *MR) Access() Access { return mr.access }
+
+// PD is the protection domain the region belongs to.
+func (mr *MR) PD() *PD { return mr.pd }
+
+// Dereg deregisters the region. Accesses already in progress finish first;
+// any later use of its keys fails (LOC_PROT_ERR locally, REM_ACCESS_ERR for
+// a peer) and never touches the memory.
+func (mr *MR) Dereg() error {
+	for {
+		v := mr.pins.Load()
+		if v&mrDead != 0 {
+			return errorf(ErrClosed, "dereg mr: lkey %#x already deregistered", mr.lkey)
+		}
+		if mr.pins.CompareAndSwap(v, v|mrDead) {
+			break
+		}
+	}
+	keys.remove(mr)
+	for spins := 0; mr.pins.Load() != mrDead; spins++ {
+		if spins < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	_ = mr.pd.use(-1, 0)
+	return mr.pd.ctx.count(&mr.pd.ctx.nmr, -1, 0, "dereg mr")
+}
+
+// Pin marks an access in progress; false means the MR is deregistered.
+// Every successful Pin must be followed by Unpin. Pins nest.
+func (mr *MR) Pin() bool {
+	for {
+		v := mr.pins.Load()
+		if v&mrDead != 0 {
+			return false
+		}
+		if mr.pins.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+}
+
+// Unpin ends an access started by Pin.
+func (mr *MR) Unpin() { mr.pins.Add(^uint64(0)) }
+
+// Slice returns the bytes [addr, addr+n) of the region, or false when the
+// range is not inside it.
+func (mr *MR) Slice(addr uint64, n uint64) ([]byte, bool) {
+	if addr < mr.addr {
+		return nil, false
+	}
+	off := addr - mr.addr
+	if off > uint64(len(mr.buf)) || n > uint64(len(mr.buf))-off {
+		return nil, false
+	}
+	return mr.buf[off : off+n], true
+}
+
+// keyTable maps lkeys and rkeys to MRs for the whole process. Keys are
+// random 32-bit values from crypto/rand, so a peer cannot guess a live rkey
+// from one it was given.
+type keyTable struct {
+	mu   sync.RWMutex
+	lkey map[uint32]*MR
+	rkey map[uint32]*MR
+}
+
+var keys = keyTable{lkey: map[uint32]*MR{}, rkey: map[uint32]*MR{}}
+
+func randKey() uint32 {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("verbs: crypto/rand failed: " + err.Error())
+	}
+	return binary.LittleEndian.Uint32(b[:])
+}
+
+func (t *keyTable) insert(mr *MR) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for {
+		k := randKey()
+		if _, used := t.lkey[k]; k != 0 && !used {
+			mr.lkey = k
+			break
+		}
+	}
+	for {
+		k := randKey()
+		if _, used := t.rkey[k]; k != 0 && k != mr.lkey && !used {
+			mr.rkey = k
+			break
+		}
+	}
+	t.lkey[mr.lkey] = mr
+	t.rkey[mr.rkey] = mr
+}
+
+func (t *keyTable) remove(mr *MR) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.lkey, mr.lkey)
+	delete(t.rkey, mr.rkey)
+}
+
+// LookupLKey finds a live MR of pd by lkey.
+func (pd *PD) LookupLKey(lkey uint32) *MR {
+	keys.mu.RLock()
+	mr := keys.lkey[lkey]
+	keys.mu.RUnlock()
+	if mr == nil || mr.pd != pd {
+		return nil
+	}
+	return mr
+}
+
+// LookupRKey finds a live MR of pd by rkey.
+func (pd *PD) LookupRKey(rkey uint32) *MR {
+	keys.mu.RLock()
+	mr := keys.rkey[rkey]
+	keys.mu.RUnlock()
+	if mr == nil || mr.pd != pd {
+		return nil
+	}
+	return mr
+}

@@ -1,0 +1,400 @@
+package verbs
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// QPType is a queue pair's transport service. ibex implements RC.
+type QPType uint8
+
+// QP types, numbered as in libibverbs.
+const (
+	QPTypeRC QPType = 2
+)
+
+// QPCap sizes a QP's queues (ibv_qp_cap). Zero fields take the defaults:
+// 256 work requests per queue, 1 SGE per request, no inline data.
+type QPCap struct {
+	MaxSendWR     int
+	MaxRecvWR     int
+	MaxSendSGE    int
+	MaxRecvSGE    int
+	MaxInlineData int
+}
+
+// QPInitAttr creates a QP (ibv_qp_init_attr).
+type QPInitAttr struct {
+	Type   QPType // zero means RC
+	SendCQ *CQ
+	RecvCQ *CQ
+	Cap    QPCap
+	// SigAll makes every send request signaled.
+	SigAll bool
+}
+
+// QP is a reliable-connection queue pair (ibv_qp). It is safe for concurrent
+// use: PostSend, PostRecv and Modify may be called from any goroutine.
+type QP struct {
+	ctx     *Context
+	pd      *PD
+	num     uint32
+	sendCQ  *CQ
+	recvCQ  *CQ
+	cap     QPCap
+	sigAll  bool
+	initPSN uint32
+	drv     QPDriver
+	timer   *time.Timer
+
+	// mu guards everything below it. Lock order: respMu, then mu, then a
+	// CQ's mutex.
+	mu        sync.Mutex
+	state     QPState
+	attr      QPAttr
+	cause     error // why the QP entered ERR
+	sq        sendQueue
+	rq        recvQueue
+	running   bool   // a goroutine holds the send token (see progress)
+	epoch     uint64 // bumped on RESET: WQEs in flight are discarded
+	drainWant bool   // SQD entered: report SQ_DRAINED once idle
+	destroyed bool
+
+	// respMu serialises the responder side: receive consumption, the
+	// matching receive completion, and receive-queue flushes, so receive
+	// completions keep posting order.
+	respMu sync.Mutex
+
+	// Counters, readable with Stats.
+	sends, recvs, rnrNaks, retries atomic.Uint64
+}
+
+var qpnCounter atomic.Uint32
+
+func init() { qpnCounter.Store(0x10) }
+
+func nextQPN() uint32 {
+	for {
+		n := qpnCounter.Add(1) & 0xffffff
+		if n > 1 {
+			return n
+		}
+	}
+}
+
+// CreateQP creates an RC QP in RESET.
+func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
+	c := pd.ctx
+	dev := &c.attr
+	if init.Type != 0 && init.Type != QPTypeRC {
+		return nil, errorf(ErrUnsupported, "create qp: type %d: only RC (2) is implemented", init.Type)
+	}
+	if init.SendCQ == nil || init.RecvCQ == nil {
+		return nil, errorf(ErrInvalidArgument, "create qp: send_cq and recv_cq are required")
+	}
+	if init.SendCQ.ctx != c || init.RecvCQ.ctx != c {
+		return nil, errorf(ErrInvalidArgument, "create qp: CQ belongs to another context")
+	}
+	cp := init.Cap
+	if cp.MaxSendWR == 0 {
+		cp.MaxSendWR = 256
+	}
+	if cp.MaxRecvWR == 0 {
+		cp.MaxRecvWR = 256
+	}
+	if cp.MaxSendSGE == 0 {
+		cp.MaxSendSGE = 1
+	}
+	if cp.MaxRecvSGE == 0 {
+		cp.MaxRecvSGE = 1
+	}
+	switch {
+	case cp.MaxSendWR < 0 || cp.MaxSendWR > dev.MaxQPWR:
+		return nil, errorf(ErrInvalidArgument, "create qp: max_send_wr %d: device allows 1..%d", cp.MaxSendWR, dev.MaxQPWR)
+	case cp.MaxRecvWR < 0 || cp.MaxRecvWR > dev.MaxQPWR:
+		return nil, errorf(ErrInvalidArgument, "create qp: max_recv_wr %d: device allows 1..%d", cp.MaxRecvWR, dev.MaxQPWR)
+	case cp.MaxSendSGE < 0 || cp.MaxSendSGE > dev.MaxSGE:
+		return nil, errorf(ErrInvalidArgument, "create qp: max_send_sge %d: device allows 1..%d", cp.MaxSendSGE, dev.MaxSGE)
+	case cp.MaxRecvSGE < 0 || cp.MaxRecvSGE > dev.MaxSGE:
+		return nil, errorf(ErrInvalidArgument, "create qp: max_recv_sge %d: device allows 1..%d", cp.MaxRecvSGE, dev.MaxSGE)
+	case cp.MaxInlineData < 0 || cp.MaxInlineData > dev.MaxInlineData:
+		return nil, errorf(ErrInvalidArgument, "create qp: max_inline_data %d: device allows 0..%d", cp.MaxInlineData, dev.MaxInlineData)
+	}
+	if err := c.count(&c.nqp, 1, dev.MaxQP, "create qp"); err != nil {
+		return nil, err
+	}
+	if err := pd.use(0, 1); err != nil {
+		_ = c.count(&c.nqp, -1, 0, "create qp")
+		return nil, fmt.Errorf("create qp: %w", err)
+	}
+	_ = init.SendCQ.attach(1)
+	_ = init.RecvCQ.attach(1)
+	qp := &QP{
+		ctx: c, pd: pd, num: nextQPN(), sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
+		cap: cp, sigAll: init.SigAll, initPSN: randKey() & 0xffffff,
+	}
+	qp.sq.init(cp.MaxSendWR, cp.MaxSendSGE, cp.MaxInlineData)
+	qp.rq.init(cp.MaxRecvWR, cp.MaxRecvSGE)
+	qp.timer = time.AfterFunc(time.Hour, qp.kick)
+	qp.timer.Stop()
+	drv, err := c.drv.NewQP(qp)
+	if err != nil {
+		qp.release()
+		return nil, fmt.Errorf("create qp: %w", err)
+	}
+	qp.drv = drv
+	return qp, nil
+}
+
+func (qp *QP) release() {
+	_ = qp.sendCQ.attach(-1)
+	_ = qp.recvCQ.attach(-1)
+	_ = qp.pd.use(0, -1)
+	_ = qp.ctx.count(&qp.ctx.nqp, -1, 0, "destroy qp")
+}
+
+// Num is the QP number.
+func (qp *QP) Num() uint32 { return qp.num }
+
+// PD is the QP's protection domain.
+func (qp *QP) PD() *PD { return qp.pd }
+
+// Context is the QP's device context.
+func (qp *QP) Context() *Context { return qp.ctx }
+
+// Cap is the QP's queue sizes after defaults.
+func (qp *QP) Cap() QPCap { return qp.cap }
+
+// InitialPSN is the random starting send PSN that Info advertises.
+func (qp *QP) InitialPSN() uint32 { return qp.initPSN }
+
+// State returns the current state.
+func (qp *QP) State() QPState {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state
+}
+
+// Err explains why the QP is in ERR (the first error completion or event
+// that put it there); nil in other states.
+func (qp *QP) Err() error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.state != QPSErr {
+		return nil
+	}
+	return qp.cause
+}
+
+// Query returns the QP's current attributes (ibv_query_qp).
+func (qp *QP) Query() QPAttr {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	a := qp.attr
+	a.State, a.CurState = qp.state, qp.state
+	return a
+}
+
+// Modify changes attributes and state (ibv_modify_qp). mask names the
+// fields of attr to apply; AttrState in mask asks for a transition to
+// attr.State. Illegal transitions, missing required attributes, attributes
+// the transition does not take and out-of-range values are rejected with
+// an error that says which.
+func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
+	// Holding respMu keeps the state still while a responder operation on
+	// this QP is in progress.
+	qp.respMu.Lock()
+	qp.mu.Lock()
+	unlock := func() {
+		qp.mu.Unlock()
+		qp.respMu.Unlock()
+	}
+	from := qp.state
+	to := from
+	if mask&AttrState != 0 {
+		to = attr.State
+	}
+	if qp.destroyed {
+		unlock()
+		return errorf(ErrClosed, "modify qp %#x", qp.num)
+	}
+	if mask&AttrCurState != 0 && attr.CurState != from {
+		unlock()
+		return errorf(ErrInvalidState, "modify qp %#x: cur_qp_state %v but the QP is in %v", qp.num, attr.CurState, from)
+	}
+	err := checkTransition(from, to, mask)
+	if err == nil {
+		err = checkValues(attr, mask, &qp.ctx.attr)
+	}
+	if err == nil && mask&AttrPathMTU != 0 {
+		if pa, perr := qp.ctx.drv.PortAttr(qp.portLocked(attr, mask)); perr == nil && attr.PathMTU > pa.MaxMTU {
+			err = errorf(ErrInvalidArgument, "path_mtu %d exceeds the port's max_mtu %d", attr.PathMTU.Bytes(), pa.MaxMTU.Bytes())
+		}
+	}
+	if err != nil {
+		unlock()
+		return fmt.Errorf("modify qp %#x: %w", qp.num, err)
+	}
+	qp.attr.apply(attr, mask)
+	qp.state = to
+	kick := false
+	flushRQ := false
+	switch {
+	case to == QPSReset:
+		qp.resetLocked()
+	case to == QPSErr && from != QPSErr:
+		qp.cause = fmt.Errorf("qp %#x moved to ERR by modify", qp.num)
+		flushRQ = true
+		kick = true
+	case to == QPSSQD && from == QPSRTS:
+		qp.drainWant = true
+		kick = true
+	case to == QPSRTS && from == QPSSQD:
+		qp.drainWant = false
+		kick = true
+	}
+	unlock()
+	if flushRQ {
+		qp.flushRQ()
+	}
+	if kick {
+		qp.kick()
+	}
+	return nil
+}
+
+func (qp *QP) portLocked(attr *QPAttr, mask AttrMask) uint8 {
+	if mask&AttrPort != 0 {
+		return attr.Port
+	}
+	if qp.attr.Port != 0 {
+		return qp.attr.Port
+	}
+	return 1
+}
+
+// resetLocked discards both queues without completions, as RESET does.
+func (qp *QP) resetLocked() {
+	qp.epoch++
+	qp.sq.clear()
+	qp.rq.clear()
+	qp.attr = QPAttr{}
+	qp.cause = nil
+	qp.drainWant = false
+	qp.timer.Stop()
+}
+
+// Destroy destroys the QP (ibv_destroy_qp). Outstanding requests are
+// discarded without completions.
+func (qp *QP) Destroy() error {
+	qp.respMu.Lock()
+	qp.mu.Lock()
+	if qp.destroyed {
+		qp.mu.Unlock()
+		qp.respMu.Unlock()
+		return errorf(ErrClosed, "destroy qp %#x", qp.num)
+	}
+	qp.destroyed = true
+	qp.state = QPSReset
+	qp.resetLocked()
+	qp.mu.Unlock()
+	qp.respMu.Unlock()
+	qp.drv.Destroy()
+	qp.release()
+	return nil
+}
+
+// Destroyed reports whether Destroy was called; providers use it to stop
+// delivering to a QP.
+func (qp *QP) Destroyed() bool {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.destroyed
+}
+
+// Info returns the connection info a peer needs: QPN, initial PSN, and the
+// port's GID, LID and active MTU.
+func (qp *QP) Info() ConnInfo {
+	port := qp.portLocked(&QPAttr{}, 0)
+	pa, _ := qp.ctx.drv.PortAttr(port)
+	return ConnInfo{QPN: qp.num, PSN: qp.initPSN, GID: pa.GID, LID: pa.LID, MTU: pa.ActiveMTU}
+}
+
+// ConnectOptions adjusts QP.Connect. Attr fields named in Set override the
+// defaults: access REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC (atomic only if
+// the device has atomics), path MTU the smaller of both ports' active MTUs,
+// timeout 14 (67 ms), retry_cnt 7, rnr_retry 7 (infinite), min_rnr_timer 12
+// (0.64 ms), max_rd_atomic and max_dest_rd_atomic the device maximum.
+type ConnectOptions struct {
+	Set  AttrMask
+	Attr QPAttr
+}
+
+// Connect moves a QP from RESET through INIT and RTR to RTS, connected to
+// the peer described by remote — the usual three ibv_modify_qp calls.
+func (qp *QP) Connect(remote ConnInfo, opt ConnectOptions) error {
+	if err := remote.validate(); err != nil {
+		return fmt.Errorf("connect qp %#x: %w", qp.num, err)
+	}
+	dev := &qp.ctx.attr
+	pa, err := qp.ctx.QueryPort(1)
+	if err != nil {
+		return fmt.Errorf("connect qp %#x: %w", qp.num, err)
+	}
+	a := QPAttr{
+		Port:            1,
+		AccessFlags:     AccessRemoteWrite | AccessRemoteRead,
+		AH:              AH{DGID: remote.GID, DLID: remote.LID, PortNum: 1, HopLimit: 64},
+		PathMTU:         min(pa.ActiveMTU, remote.MTU),
+		DestQPN:         remote.QPN,
+		RQPSN:           remote.PSN,
+		MaxDestRdAtomic: uint8(min(dev.MaxQPRdAtom, 255)),
+		MinRNRTimer:     12,
+		SQPSN:           qp.initPSN,
+		Timeout:         14,
+		RetryCnt:        7,
+		RNRRetry:        7,
+		MaxQPRdAtomic:   uint8(min(dev.MaxQPInitRdAtom, 255)),
+	}
+	if dev.AtomicCap != AtomicNone {
+		a.AccessFlags |= AccessRemoteAtomic
+	}
+	a.apply(&opt.Attr, opt.Set)
+	steps := []struct {
+		state QPState
+		mask  AttrMask
+	}{
+		{QPSInit, AttrPKeyIndex | AttrPort | AttrAccessFlags},
+		{QPSRTR, AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
+		{QPSRTS, AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		a.State = s.state
+		if err := qp.Modify(&a, AttrState|s.mask); err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+	}
+	return nil
+}
+
+// QPStats are a QP's counters.
+type QPStats struct {
+	Sends   uint64 // send WQEs completed (any status)
+	Recvs   uint64 // receive WQEs consumed by incoming messages
+	RNRNaks uint64 // RNR NAKs received as requester
+	Retries uint64 // timeouts retried as requester
+}
+
+// Stats returns the QP's counters.
+func (qp *QP) Stats() QPStats {
+	return QPStats{Sends: qp.sends.Load(), Recvs: qp.recvs.Load(), RNRNaks: qp.rnrNaks.Load(), Retries: qp.retries.Load()}
+}
+
+// DestQPN is the connected peer's QP number (0 before RTR).
+func (qp *QP) DestQPN() uint32 {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.attr.DestQPN
+}
