@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -65,12 +66,20 @@ type Context struct {
 	nmr    int
 }
 
-// Open opens a device by name, e.g. "loop0". An empty name opens the first
-// device of the first provider.
+// Open opens a device by name, e.g. "loop0", or by provider and name,
+// "loopback/loop0". An empty name opens the first device of the first
+// provider.
 func Open(device string) (*Context, error) {
+	prov, name, qualified := strings.Cut(device, "/")
+	if !qualified {
+		prov, name = "", device
+	}
 	for _, p := range Providers() {
+		if prov != "" && p.Name() != prov {
+			continue
+		}
 		for _, d := range p.Devices() {
-			if device == "" || d == device {
+			if name == "" || d == name {
 				c := &Context{name: d, provider: p.Name(), events: make(chan AsyncEvent, 1024)}
 				drv, err := p.Open(d, c)
 				if err != nil {
@@ -111,6 +120,11 @@ func (c *Context) QueryPort(port uint8) (PortAttr, error) {
 
 // AsyncEvent waits for the next asynchronous event (ibv_get_async_event).
 func (c *Context) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	select { // a queued event wins over an ended context
+	case ev := <-c.events:
+		return ev, nil
+	default:
+	}
 	select {
 	case ev := <-c.events:
 		return ev, nil

@@ -150,7 +150,6 @@ func (o Opcode) String() string {
 func (o Opcode) valid() bool    { return o <= WRAtomicFetchAndAdd }
 func (o Opcode) isAtomic() bool { return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAndAdd }
 func (o Opcode) hasImm() bool   { return o == WRSendWithImm || o == WRRDMAWriteWithImm }
-func (o Opcode) isRemote() bool { return o != WRSend && o != WRSendWithImm }
 
 // wcOpcode is the completion opcode a requester reports for o.
 func (o Opcode) wcOpcode() WCOpcode {

@@ -189,11 +189,7 @@ func respond(w *SendWQE, req, resp *QP) (Outcome, respFail) {
 			rf = respFail{cause: fmt.Errorf("qp %#x: recv cq overflowed; completion of wr %#x lost", resp.num, r.id), ev: EventQPFatal, post: true}
 		}
 	}
-	var n uint32
-	if op == WRRDMARead || op.isAtomic() || op == WRSend || op == WRSendWithImm {
-		n = uint32(w.length)
-	}
-	return Outcome{Status: WCSuccess, ByteLen: n}, rf
+	return Outcome{Status: WCSuccess, ByteLen: uint32(w.length)}, rf
 }
 
 // completeRecv retires the head receive WQE r with a completion for the

@@ -404,9 +404,9 @@ func (qp *QP) progress() {
 		qp.sq.pop()
 		qp.sends.Add(1)
 		if out.Status != WCSuccess {
-			failCause = out.Cause
-			if failCause == nil {
-				failCause = fmt.Errorf("wr %#x %v completed with %v", wc.WRID, w.op, out.Status)
+			failCause = fmt.Errorf("qp %#x: wr %#x %v completed with %v", qp.num, wc.WRID, w.op, out.Status)
+			if out.Cause != nil {
+				failCause = fmt.Errorf("%w: %w", failCause, out.Cause)
 			}
 			qp.sendCQ.push(&wc)
 		} else if w.signaled && !qp.sendCQ.push(&wc) {

@@ -98,7 +98,7 @@ func Run(t *testing.T, cfg Config) {
 }
 
 // waitTimeout bounds every wait for a completion or event in the suite.
-const waitTimeout = 20 * time.Second
+const waitTimeout = 10 * time.Second
 
 // end is one side of a connection: a PD, a CQ for both queues, a QP and a
 // registered buffer.
