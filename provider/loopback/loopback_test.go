@@ -1,6 +1,7 @@
 package loopback_test
 
 import (
+	"errors"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -36,4 +37,20 @@ func TestConformanceOneContext(t *testing.T) {
 		Open:         func(t testing.TB) (a, b *verbs.Context) { c := open(t); return c, c },
 		SetPortState: loopback.SetPortState,
 	})
+}
+
+func TestOpenByProvider(t *testing.T) {
+	c, err := verbs.Open("loopback/" + loopback.DeviceName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Provider() != "loopback" || c.Name() != loopback.DeviceName {
+		t.Fatalf("opened %s/%s", c.Provider(), c.Name())
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verbs.Open("shm/" + loopback.DeviceName); !errors.Is(err, verbs.ErrNoDevice) {
+		t.Fatalf("open with the wrong provider: %v", err)
+	}
 }

@@ -1,8 +1,10 @@
 package verbstest
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/ibex-rdma/ibex/verbs"
 )
@@ -252,4 +254,69 @@ func testResetDiscards(t *testing.T, cfg Config) {
 	a.post(verbs.SendWR{ID: 4, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	expectWC(t, a.wait1(), 4, verbs.WCSuccess, verbs.WCRDMAWrite)
 	expectNoWC(t, a.cq, 0)
+}
+
+// testDeregInFlight deregisters an MR while a peer keeps writing to it:
+// once Dereg returns, the memory is never touched again.
+func testDeregInFlight(t *testing.T, cfg Config) {
+	caps := verbs.QPCap{MaxSendWR: 1024}
+	a, b := pair(t, cfg, endOpts{cap: caps, cqDepth: 4096}, endOpts{}, verbs.ConnectOptions{})
+	fill(a.buf[:4096], 1)
+	target := make([]byte, 4096)
+	mr, err := b.pd.RegMR(target, allRemote)
+	must(t, err, "reg mr")
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if a.qp.State() != verbs.QPSRTS {
+				return
+			}
+			wr := writeWR(a, uint64(n), mr.Addr(), mr.RKey(), 4096)
+			if a.qp.PostSend([]verbs.SendWR{wr}) != nil {
+				return
+			}
+			n++
+			if n%512 == 0 {
+				// Keep the send queue from filling: wait for a signaled one.
+				sig := writeWR(a, 1<<40, mr.Addr(), mr.RKey(), 8)
+				sig.Flags = verbs.SendSignaled
+				if a.qp.PostSend([]verbs.SendWR{sig}) != nil {
+					return
+				}
+				var wc [1]verbs.WC
+				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+				_, err := a.cq.PollWait(ctx, wc[:])
+				cancel()
+				if err != nil || wc[0].Status != verbs.WCSuccess {
+					return
+				}
+			}
+		}
+	}()
+	time.Sleep(5 * time.Millisecond)
+	must(t, mr.Dereg(), "dereg while writes are in flight")
+	clear(target)
+	time.Sleep(10 * time.Millisecond)
+	close(stop)
+	n := <-done
+	if n == 0 {
+		t.Fatal("no write was posted before Dereg; the test proved nothing")
+	}
+	t.Logf("%d writes posted around Dereg", n)
+	for i, c := range target {
+		if c != 0 {
+			t.Fatalf("byte %d changed after Dereg returned (%d writes posted)", i, n)
+		}
+	}
+	// The writer's first request after the dereg failed with REM_ACCESS_ERR.
+	waitState(t, a.qp, verbs.QPSErr)
+	errContains(t, a.qp.Err(), nil, "REM_ACCESS_ERR")
 }

@@ -77,6 +77,7 @@ func Run(t *testing.T, cfg Config) {
 		{"PostErrors", testPostErrors},
 		{"WrongPD", testWrongPD},
 		{"DeregisteredMR", testDeregistered},
+		{"DeregWhileInFlight", testDeregInFlight},
 		{"UnsignaledErrorCompletes", testUnsignaledError},
 		{"FlushOnErr", testFlushOnErr},
 		{"PostInErr", testPostInErr},
