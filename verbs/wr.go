@@ -361,9 +361,17 @@ func (qp *QP) progress() {
 			w.rnrLeft, w.retryLeft = qp.attr.RNRRetry, qp.attr.RetryCnt
 		}
 		epoch := qp.epoch
+		// A READ or atomic queued before max_rd_atomic was lowered to 0
+		// (SQD→SQD) cannot be issued: a local QP operation error.
+		rdAtomicOff := (w.op == WRRDMARead || w.op.isAtomic()) && qp.attr.MaxQPRdAtomic == 0
 		qp.mu.Unlock()
 
-		out := qp.drv.Execute(w)
+		var out Outcome
+		if rdAtomicOff {
+			out = Outcome{Status: WCLocQPOpErr, Cause: fmt.Errorf("%v queued but max_rd_atomic is now 0", w.op)}
+		} else {
+			out = qp.drv.Execute(w)
+		}
 
 		qp.mu.Lock()
 		if qp.epoch != epoch {

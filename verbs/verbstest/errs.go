@@ -320,3 +320,51 @@ func testDeregInFlight(t *testing.T, cfg Config) {
 	waitState(t, a.qp, verbs.QPSErr)
 	errContains(t, a.qp.Err(), nil, "REM_ACCESS_ERR")
 }
+
+// testRemoteOp: a receive whose buffer lacks LOCAL_WRITE: the receiver
+// completes it with LOC_PROT_ERR, the sender gets REM_OP_ERR.
+func testRemoteOp(t *testing.T, cfg Config) {
+	a, b := pair(t, cfg, endOpts{}, endOpts{}, verbs.ConnectOptions{})
+	ro := b.regMR(64, verbs.AccessRemoteRead)
+	b.recv(verbs.RecvWR{ID: 98, SGL: []verbs.SGE{sgeOf(ro, 0, 64)}}, verbs.RecvWR{ID: 99, SGL: []verbs.SGE{b.sge(0, 64)}})
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, SGL: []verbs.SGE{a.sge(0, 8)}}, writeWR(a, 2, b.mr.Addr(), b.mr.RKey(), 8))
+	wcs := a.wait(2)
+	expectWC(t, wcs[0], 1, verbs.WCRemOpErr, 0)
+	expectWC(t, wcs[1], 2, verbs.WCWRFlushErr, 0)
+	wcs = b.wait(2)
+	expectWC(t, wcs[0], 98, verbs.WCLocProtErr, 0)
+	expectWC(t, wcs[1], 99, verbs.WCWRFlushErr, 0)
+	waitState(t, b.qp, verbs.QPSErr)
+	if ro.Bytes()[0] != 0 {
+		t.Fatal("a SEND landed in a buffer without LOCAL_WRITE")
+	}
+}
+
+// testLocalProtAfterPost: an MR deregistered between post and execution
+// fails the request with LOC_PROT_ERR, not a stale access.
+func testLocalProtAfterPost(t *testing.T, cfg Config) {
+	a, b := failingPair(t, cfg, endOpts{}, verbs.ConnectOptions{})
+	src := a.regMR(64, verbs.AccessLocalWrite)
+	fill(src.Bytes(), 5)
+	modify(t, a.qp, verbs.QPAttr{State: verbs.QPSSQD}, verbs.AttrState)
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{sgeOf(src, 0, 64)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		writeWR(a, 2, b.mr.Addr(), b.mr.RKey(), 8))
+	must(t, src.Dereg(), "dereg")
+	modify(t, a.qp, verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState)
+	expectReqErr(t, a, b, verbs.WCLocProtErr, false, 0)
+	if b.buf[0] != 0 {
+		t.Fatal("a WRITE from a deregistered MR moved data")
+	}
+}
+
+// testLocalQPOp: a READ queued in SQD when max_rd_atomic is lowered to 0
+// cannot be issued: LOC_QP_OP_ERR.
+func testLocalQPOp(t *testing.T, cfg Config) {
+	a, b := failingPair(t, cfg, endOpts{}, verbs.ConnectOptions{})
+	modify(t, a.qp, verbs.QPAttr{State: verbs.QPSSQD}, verbs.AttrState)
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMARead, SGL: []verbs.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		writeWR(a, 2, b.mr.Addr(), b.mr.RKey(), 8))
+	modify(t, a.qp, verbs.QPAttr{MaxQPRdAtomic: 0}, verbs.AttrMaxQPRdAtomic)
+	modify(t, a.qp, verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState)
+	expectReqErr(t, a, b, verbs.WCLocQPOpErr, false, 0)
+}
