@@ -67,6 +67,10 @@ type QP struct {
 	// completions keep posting order.
 	respMu sync.Mutex
 
+	// Lock-free copies for providers' fast paths.
+	destQPN atomic.Uint32 // attr.DestQPN
+	dead    atomic.Bool   // destroyed
+
 	// Counters, readable with Stats.
 	sends, recvs, rnrNaks, retries atomic.Uint64
 }
@@ -239,6 +243,7 @@ func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	}
 	qp.attr.apply(attr, mask)
 	qp.state = to
+	qp.destQPN.Store(qp.attr.DestQPN)
 	kick := false
 	flushRQ := false
 	switch {
@@ -283,6 +288,7 @@ func (qp *QP) resetLocked() {
 	qp.attr = QPAttr{}
 	qp.cause = nil
 	qp.drainWant = false
+	qp.destQPN.Store(0)
 	qp.timer.Stop()
 }
 
@@ -297,6 +303,7 @@ func (qp *QP) Destroy() error {
 		return errorf(ErrClosed, "destroy qp %#x", qp.num)
 	}
 	qp.destroyed = true
+	qp.dead.Store(true)
 	qp.state = QPSReset
 	qp.resetLocked()
 	qp.mu.Unlock()
@@ -308,16 +315,14 @@ func (qp *QP) Destroy() error {
 
 // Destroyed reports whether Destroy was called; providers use it to stop
 // delivering to a QP.
-func (qp *QP) Destroyed() bool {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	return qp.destroyed
-}
+func (qp *QP) Destroyed() bool { return qp.dead.Load() }
 
 // Info returns the connection info a peer needs: QPN, initial PSN, and the
 // port's GID, LID and active MTU.
 func (qp *QP) Info() ConnInfo {
+	qp.mu.Lock()
 	port := qp.portLocked(&QPAttr{}, 0)
+	qp.mu.Unlock()
 	pa, _ := qp.ctx.drv.PortAttr(port)
 	return ConnInfo{QPN: qp.num, PSN: qp.initPSN, GID: pa.GID, LID: pa.LID, MTU: pa.ActiveMTU}
 }
@@ -393,8 +398,4 @@ func (qp *QP) Stats() QPStats {
 }
 
 // DestQPN is the connected peer's QP number (0 before RTR).
-func (qp *QP) DestQPN() uint32 {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	return qp.attr.DestQPN
-}
+func (qp *QP) DestQPN() uint32 { return qp.destQPN.Load() }

@@ -224,9 +224,11 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 		qp.sq.n++
 		posted++
 	}
-	qp.mu.Unlock()
-	if posted > 0 {
-		qp.kick()
+	if posted > 0 && !qp.running {
+		qp.running = true
+		qp.progressLocked()
+	} else {
+		qp.mu.Unlock()
 	}
 	return err
 }
@@ -325,17 +327,16 @@ func (qp *QP) kick() {
 		return
 	}
 	qp.running = true
-	qp.mu.Unlock()
-	qp.progress()
+	qp.progressLocked()
 }
 
-// progress runs the send queue while this goroutine holds the send token
-// (qp.running). Only the token holder executes WQEs and writes send
+// progressLocked runs the send queue while this goroutine holds the send
+// token (qp.running). It is called with qp.mu held and returns with it
+// released. Only the token holder executes WQEs and writes send
 // completions, so completions keep posting order and the flush of an ERR
 // QP comes after the completion of the request in flight.
-func (qp *QP) progress() {
+func (qp *QP) progressLocked() {
 	for {
-		qp.mu.Lock()
 		if qp.state == QPSErr {
 			qp.flushSQLocked()
 		}
@@ -375,7 +376,6 @@ func (qp *QP) progress() {
 
 		qp.mu.Lock()
 		if qp.epoch != epoch {
-			qp.mu.Unlock()
 			continue
 		}
 		var failCause error
@@ -390,7 +390,6 @@ func (qp *QP) progress() {
 				w.rnrLeft--
 			}
 			w.notBefore = time.Now().Add(RNRDelay(out.RNRTimer))
-			qp.mu.Unlock()
 			continue
 		case Lost:
 			if w.retryLeft == 0 {
@@ -405,7 +404,6 @@ func (qp *QP) progress() {
 			} else {
 				w.stalled = true
 			}
-			qp.mu.Unlock()
 			continue
 		}
 		wc := WC{WRID: w.id, Status: out.Status, Opcode: w.op.wcOpcode(), ByteLen: out.ByteLen, QPNum: qp.num}
@@ -420,13 +418,13 @@ func (qp *QP) progress() {
 		} else if w.signaled && !qp.sendCQ.push(&wc) {
 			failCause = fmt.Errorf("send cq overflowed; completion of wr %#x lost", wc.WRID)
 		}
-		flush := failCause != nil && qp.enterErrLocked(failCause)
-		qp.mu.Unlock()
-		if flush {
+		if failCause != nil && qp.enterErrLocked(failCause) {
+			qp.mu.Unlock()
 			if out.Status == WCSuccess {
 				qp.ctx.PostEvent(AsyncEvent{Type: EventQPFatal, QP: qp, Cause: failCause})
 			}
 			qp.flushRQ()
+			qp.mu.Lock()
 		}
 	}
 }

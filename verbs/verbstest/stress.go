@@ -86,6 +86,10 @@ func testCQOverflow(t *testing.T, cfg Config) {
 	if ev.CQ == nil || ev.Cause == nil {
 		t.Fatalf("CQ_ERR event without the CQ or cause: %v", ev)
 	}
+	// The QP whose completion was lost reports QP_FATAL.
+	if ev := waitEvent(t, a.ctx, verbs.EventQPFatal); ev.QP != a.qp || ev.Cause == nil {
+		t.Fatalf("QP_FATAL event %v: want qp %#x with a cause", ev, a.qp.Num())
+	}
 	waitState(t, a.qp, verbs.QPSErr)
 	wc := make([]verbs.WC, 16)
 	n, err := a.cq.Poll(wc)
