@@ -1,0 +1,297 @@
+// Package rc is the InfiniBand reliable-connection protocol engine of one
+// queue pair, as a pure state machine: no sockets, goroutines or clock. The
+// caller hands it work requests (Post), incoming packets (Receive) and the
+// time (every call takes now, in nanoseconds of any monotonic clock), and
+// takes packets out (Poll); completions and memory accesses go through the
+// Host interface the caller implements. The shape is etcd raft's: the same
+// engine runs over real UDP sockets and in a seeded simulation.
+//
+// What it implements, following IBA chapter 9 and Linux rxe:
+//   - requester: segmentation into path-MTU packets, 24-bit PSNs, AckReq on
+//     the last packet of a message and every Window/2 packets, a window of
+//     unacknowledged PSNs, max_rd_atomic and fence gating, go-back-N
+//     retransmission on PSN-sequence NAK and on timeout, with the timeout
+//     derived from the measured round trip and bounded by the QP's timeout
+//     attribute; retry_cnt and rnr_retry (7 = infinite); READ responses,
+//     including re-requesting the missing part of a partially received READ;
+//     atomic acknowledgements; error NAKs become error completions;
+//   - responder: PSN checking with one sequence NAK per gap, duplicate
+//     handling (re-ACK, READ replay from responder resources, atomic replay
+//     of the saved original value: atomics execute exactly once), opcode
+//     sequence, length and access checks, RNR NAK with min_rnr_timer, ACK
+//     coalescing, READ responses, atomic execution.
+//
+// Large READs are issued as several READ requests of at most Window
+// packets each, so neither side ever has more than a window of packets in
+// flight: the receiver's UDP socket, not the wire, is the bottleneck on a
+// host, and a window sized below its buffer keeps drops the exception.
+package rc
+
+import "fmt"
+
+// Op is a work request opcode.
+type Op uint8
+
+// Work request opcodes.
+const (
+	OpSend Op = iota
+	OpSendImm
+	OpWrite
+	OpWriteImm
+	OpRead
+	OpCmpSwap
+	OpFetchAdd
+)
+
+func (o Op) String() string {
+	return [...]string{"SEND", "SEND_WITH_IMM", "RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}[o]
+}
+
+func (o Op) isRdAtomic() bool { return o == OpRead || o == OpCmpSwap || o == OpFetchAdd }
+func (o Op) isAtomic() bool   { return o == OpCmpSwap || o == OpFetchAdd }
+
+// Status is a completion status, numbered as ibv_wc_status.
+type Status uint8
+
+// Completion statuses the engine produces.
+const (
+	Success        Status = 0
+	LocLenErr      Status = 1
+	LocQPOpErr     Status = 2
+	LocProtErr     Status = 4
+	RemInvReqErr   Status = 9
+	RemAccessErr   Status = 10
+	RemOpErr       Status = 11
+	RetryExcErr    Status = 12
+	RNRRetryExcErr Status = 13
+)
+
+func (s Status) String() string {
+	switch s {
+	case Success:
+		return "SUCCESS"
+	case LocLenErr:
+		return "LOC_LEN_ERR"
+	case LocQPOpErr:
+		return "LOC_QP_OP_ERR"
+	case LocProtErr:
+		return "LOC_PROT_ERR"
+	case RemInvReqErr:
+		return "REM_INV_REQ_ERR"
+	case RemAccessErr:
+		return "REM_ACCESS_ERR"
+	case RemOpErr:
+		return "REM_OP_ERR"
+	case RetryExcErr:
+		return "RETRY_EXC_ERR"
+	case RNRRetryExcErr:
+		return "RNR_RETRY_EXC_ERR"
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// Access is the set of remote rights a QP grants its peer.
+type Access uint8
+
+// Remote access rights (the verbs bit values).
+const (
+	RemoteWrite  Access = 1 << 1
+	RemoteRead   Access = 1 << 2
+	RemoteAtomic Access = 1 << 3
+)
+
+// Request is one send work request handed to the engine.
+type Request struct {
+	ID         uint64 // the caller's handle, returned in SendComplete
+	Op         Op
+	Len        uint32 // message length (8 for atomics)
+	RemoteAddr uint64
+	RKey       uint32
+	Imm        uint32
+	CompareAdd uint64
+	Swap       uint64
+	Fence      bool
+	Solicited  bool
+}
+
+// Host is the engine's window on the QP's memory, receive queue and
+// completion queue. The engine calls it synchronously from Post, Receive,
+// Poll and Tick.
+type Host interface {
+	// Payload copies bytes [off, off+len(dst)) of request id's local data
+	// into dst (the SGE list or inline data).
+	Payload(id uint64, off uint32, dst []byte)
+	// ReadResponse places READ response bytes at off of request id's local
+	// SGE list; false means the local memory refused (LOC_PROT_ERR).
+	ReadResponse(id uint64, off uint32, src []byte) bool
+	// AtomicResult stores an atomic's original value in request id's local
+	// 8-byte buffer; false means LOC_PROT_ERR.
+	AtomicResult(id uint64, orig uint64) bool
+	// SendComplete reports the completion of request id, in posting order.
+	SendComplete(id uint64, st Status, byteLen uint32)
+
+	// RecvBegin makes the next posted receive current; false: none posted.
+	RecvBegin() bool
+	// RecvPlace writes a SEND's payload at off of the current receive:
+	// LocLenErr if it does not fit, LocProtErr if its memory refuses.
+	RecvPlace(off uint32, src []byte) Status
+	// RecvComplete completes the current receive. write says it was taken
+	// by an RDMA WRITE with immediate.
+	RecvComplete(st Status, byteLen uint32, imm uint32, hasImm, write bool)
+
+	// RemoteCheck validates rkey, protection domain, access and bounds of
+	// [va, va+n): Success or RemAccessErr.
+	RemoteCheck(rkey uint32, va uint64, n uint32, need Access) Status
+	// RemoteWrite, RemoteRead and RemoteAtomic access memory RemoteCheck
+	// accepted; false means it became inaccessible since (deregistered),
+	// which the engine answers with a remote access NAK.
+	RemoteWrite(rkey uint32, va uint64, src []byte) bool
+	RemoteRead(rkey uint32, va uint64, dst []byte) bool
+	RemoteAtomic(rkey uint32, va uint64, op Op, compareAdd, swap uint64) (uint64, bool)
+
+	// Fatal reports that the QP must move to ERR (an error completion or a
+	// responder class C error); cause says why. The engine stops after it.
+	Fatal(cause error)
+}
+
+// Config is a connection's attributes (the RTR and RTS attributes of
+// ibv_modify_qp). Zero fields take the defaults noted.
+type Config struct {
+	QPN, DestQPN     uint32
+	SendPSN, RecvPSN uint32
+	MTU              int    // path MTU in bytes, 256..4096; 0 = 1024
+	Timeout          uint8  // local ACK timeout 4.096 µs × 2^Timeout bounds the RTO; 0 = never time out
+	RetryCnt         uint8  // retries after timeouts and sequence NAKs
+	RNRRetry         uint8  // retries after RNR NAKs; 7 = infinite
+	MinRNRTimer      uint8  // RNR timer code this responder sends
+	MaxRdAtomic      int    // outstanding READ/atomic requests as requester
+	MaxDestRdAtomic  int    // responder resources for READ/atomic
+	Access           Access // rights granted to the peer
+	Window           int    // max unacknowledged PSNs; 0 = 128
+	MaxSendWR        int    // capacity of the request queue; 0 = 256
+	MinRTO           int64  // lower bound of the retransmit timeout, ns; 0 = 1 ms
+}
+
+func (c *Config) setDefaults() {
+	if c.MTU == 0 {
+		c.MTU = 1024
+	}
+	if c.Window == 0 {
+		c.Window = 128
+	}
+	if c.MaxSendWR == 0 {
+		c.MaxSendWR = 256
+	}
+	if c.MinRTO == 0 {
+		c.MinRTO = 1e6
+	}
+}
+
+// Stats are an engine's counters.
+type Stats struct {
+	PktsSent, PktsRecv       uint64
+	BytesSent, BytesRecv     uint64 // payload bytes
+	Retransmits              uint64 // packets sent again
+	Timeouts                 uint64
+	SeqNaksSent, SeqNaksRecv uint64
+	RNRNaksSent, RNRNaksRecv uint64
+	ErrNaksSent, ErrNaksRecv uint64
+	Duplicates               uint64 // duplicate requests received
+	OutOfSequence            uint64 // requests beyond the expected PSN
+	AcksSent, AcksRecv       uint64
+	Dropped                  uint64 // packets dropped as invalid or unexpected
+}
+
+// Conn is the engine of one RC QP: requester, completer and responder.
+type Conn struct {
+	cfg  Config
+	host Host
+	req  requester
+	resp responder
+	dead bool
+	st   Stats
+}
+
+// New creates the engine for a QP that has reached RTS.
+func New(cfg Config, host Host) (*Conn, error) {
+	cfg.setDefaults()
+	switch {
+	case cfg.MTU != 256 && cfg.MTU != 512 && cfg.MTU != 1024 && cfg.MTU != 2048 && cfg.MTU != 4096:
+		return nil, fmt.Errorf("rc: mtu %d: must be 256, 512, 1024, 2048 or 4096", cfg.MTU)
+	case cfg.Window < 2 || cfg.Window > 1<<22:
+		return nil, fmt.Errorf("rc: window %d: must be 2..2^22", cfg.Window)
+	case cfg.RetryCnt > 7 || cfg.RNRRetry > 7 || cfg.Timeout > 31 || cfg.MinRNRTimer > 31:
+		return nil, fmt.Errorf("rc: retry_cnt %d, rnr_retry %d, timeout %d or min_rnr_timer %d out of range",
+			cfg.RetryCnt, cfg.RNRRetry, cfg.Timeout, cfg.MinRNRTimer)
+	case cfg.SendPSN > psnMask || cfg.RecvPSN > psnMask || cfg.QPN > psnMask || cfg.DestQPN > psnMask:
+		return nil, fmt.Errorf("rc: PSNs and QPNs are 24 bits")
+	}
+	c := &Conn{cfg: cfg, host: host}
+	c.req.init(c)
+	c.resp.init(c)
+	return c, nil
+}
+
+// Stats returns the engine's counters.
+func (c *Conn) Stats() Stats { return c.st }
+
+// Dead reports whether the engine stopped after a fatal error.
+func (c *Conn) Dead() bool { return c.dead }
+
+// Idle reports whether nothing is queued, in flight or waiting to be sent.
+func (c *Conn) Idle() bool { return c.req.n == 0 && c.resp.outN == 0 }
+
+// fatal stops the engine and tells the host.
+func (c *Conn) fatal(cause error) {
+	if c.dead {
+		return
+	}
+	c.dead = true
+	c.host.Fatal(cause)
+}
+
+// Poll fills pkt with the next packet to send and returns true, or returns
+// false when there is nothing to send now. buf is scratch space for the
+// payload, at least MTU bytes; pkt.Payload aliases it.
+func (c *Conn) Poll(now int64, pkt *Packet, buf []byte) bool {
+	if c.dead && c.resp.outN == 0 {
+		return false
+	}
+	*pkt = Packet{DestQPN: c.cfg.DestQPN}
+	if c.resp.poll(now, pkt, buf) || (!c.dead && c.req.poll(now, pkt, buf)) {
+		c.st.PktsSent++
+		c.st.BytesSent += uint64(len(pkt.Payload))
+		return true
+	}
+	return false
+}
+
+// Receive processes one incoming packet addressed to this QP.
+func (c *Conn) Receive(now int64, pkt *Packet) {
+	if c.dead {
+		return
+	}
+	c.st.PktsRecv++
+	c.st.BytesRecv += uint64(len(pkt.Payload))
+	if isResponse(pkt.Opcode) {
+		c.req.receive(now, pkt)
+	} else {
+		c.resp.receive(now, pkt)
+	}
+}
+
+// Deadline returns when the engine next needs Tick or Poll for a timer (a
+// retransmit timeout or the end of an RNR wait), or 0 for none.
+func (c *Conn) Deadline() int64 {
+	if c.dead {
+		return 0
+	}
+	return c.req.deadline()
+}
+
+// Tick fires the timers due at now.
+func (c *Conn) Tick(now int64) {
+	if !c.dead {
+		c.req.tick(now)
+	}
+}

@@ -1,0 +1,613 @@
+package rc
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrQueueFull is returned by Post when MaxSendWR requests are outstanding.
+var ErrQueueFull = errors.New("rc: request queue full")
+
+// sreq is a request in the requester's queue.
+type sreq struct {
+	Request
+	firstPSN uint32
+	npkts    uint32 // PSNs the message spans: packets, or READ response packets
+	started  bool   // PSNs assigned
+	done     bool   // READ/atomic: the final response arrived
+	recvd    uint32 // READ: response bytes received in order
+	sentAt   int64  // when the message's last packet first went out
+	resent   bool   // some packet went out twice (no RTT sample: Karn)
+}
+
+// requester is the send side and completer of a QP.
+type requester struct {
+	c    *Conn
+	ring []sreq
+	head int
+	n    int // requests queued, from head
+	next int // index (from head) of the request being transmitted
+	off  uint32
+
+	psn      uint32 // next PSN to transmit
+	sentEnd  uint32 // one past the highest PSN ever transmitted
+	una      uint32 // oldest unacknowledged PSN
+	sinceAck int    // packets since the last AckReq
+
+	rto, srtt, rttvar int64
+	maxRTO            int64 // from the timeout attribute; 0 = no timer
+	deadlineAt        int64
+	rnrUntil          int64
+	retryLeft         uint8
+	rnrLeft           uint8
+	retrying          bool
+	retryPSN          uint32
+}
+
+func (r *requester) init(c *Conn) {
+	r.c = c
+	r.ring = make([]sreq, c.cfg.MaxSendWR)
+	r.psn, r.sentEnd, r.una = c.cfg.SendPSN, c.cfg.SendPSN, c.cfg.SendPSN
+	r.retryLeft, r.rnrLeft = c.cfg.RetryCnt, c.cfg.RNRRetry
+	if c.cfg.Timeout != 0 {
+		r.maxRTO = 4096 << min(c.cfg.Timeout, 31)
+	}
+	r.rto = min(r.maxRTO, max(c.cfg.MinRTO, 50e6))
+	if r.maxRTO > 0 && c.cfg.MinRTO > r.maxRTO {
+		r.rto = r.maxRTO
+	}
+}
+
+func (r *requester) at(i int) *sreq {
+	i += r.head
+	if i >= len(r.ring) {
+		i -= len(r.ring)
+	}
+	return &r.ring[i]
+}
+
+// Post queues a request for transmission.
+func (c *Conn) Post(req Request) error {
+	r := &c.req
+	if c.dead {
+		return fmt.Errorf("rc: qp %#x: engine stopped after an error", c.cfg.QPN)
+	}
+	if r.n == len(r.ring) {
+		return ErrQueueFull
+	}
+	if req.Op > OpFetchAdd {
+		return fmt.Errorf("rc: opcode %d unknown", req.Op)
+	}
+	if req.Op.isAtomic() && req.Len != 8 {
+		return fmt.Errorf("rc: %v length %d, want 8", req.Op, req.Len)
+	}
+	if req.Len > 1<<31 {
+		return fmt.Errorf("rc: message length %d exceeds 2^31", req.Len)
+	}
+	w := r.at(r.n)
+	*w = sreq{Request: req}
+	r.n++
+	return nil
+}
+
+func (r *requester) mtu() uint32 { return uint32(r.c.cfg.MTU) }
+
+func (r *requester) pkts(n uint32) uint32 {
+	if n == 0 {
+		return 1
+	}
+	return (n + r.mtu() - 1) / r.mtu()
+}
+
+// window returns how many more PSNs may be put in flight.
+func (r *requester) window() int {
+	return r.c.cfg.Window - int(psnDiff(r.psn, r.una))
+}
+
+func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
+	if r.rnrUntil != 0 {
+		if now < r.rnrUntil {
+			return false
+		}
+		r.rnrUntil = 0
+	}
+	if r.next >= r.n {
+		return false
+	}
+	w := r.at(r.next)
+	if !w.started {
+		if w.Fence && r.next > 0 {
+			return false
+		}
+		if w.Op.isRdAtomic() {
+			if r.c.cfg.MaxRdAtomic == 0 {
+				if r.next == 0 { // complete in order: only once it is the oldest
+					r.fail(w, LocQPOpErr, fmt.Errorf("%v with max_rd_atomic 0", w.Op))
+				}
+				return false
+			}
+		}
+	}
+	if w.Op.isRdAtomic() && r.rdAtomicOutstanding() >= r.c.cfg.MaxRdAtomic {
+		return false
+	}
+	if r.window() <= 0 {
+		return false
+	}
+	mtu := r.mtu()
+	if !w.started {
+		w.started = true
+		w.firstPSN = r.psn
+		w.npkts = r.pkts(w.Len)
+		r.off = 0
+	}
+	pkt.PSN = r.psn
+	pkt.SE = w.Solicited
+	lastPkt := false
+	switch w.Op {
+	case OpSend, OpSendImm, OpWrite, OpWriteImm:
+		seg := min(mtu, w.Len-r.off)
+		first, last := r.off == 0, r.off+seg == w.Len
+		pkt.Opcode = dataOpcode(w.Op, first, last)
+		if first && (w.Op == OpWrite || w.Op == OpWriteImm) {
+			pkt.VA, pkt.RKey, pkt.DMALen = w.RemoteAddr, w.RKey, w.Len
+		}
+		if last && (w.Op == OpSendImm || w.Op == OpWriteImm) {
+			pkt.Imm = w.Imm
+		}
+		pkt.Payload = buf[:seg]
+		if seg > 0 {
+			r.c.host.Payload(w.ID, r.off, pkt.Payload)
+		}
+		r.off += seg
+		r.psn = psnAdd(r.psn, 1)
+		pkt.AckReq = last || r.sinceAck >= r.c.cfg.Window/2
+		lastPkt = last
+	case OpRead:
+		// Requests follow a fixed grid of chunks, so a re-request after a
+		// loss falls inside one original request (the responder replays
+		// from its resource for that request).
+		cb := r.chunkBytes()
+		chunk := min(w.Len-r.off, (r.off/cb+1)*cb-r.off)
+		n := r.pkts(chunk)
+		if int(n) > r.window() && r.psn != r.una {
+			return false
+		}
+		pkt.Opcode = OpcReadRequest
+		pkt.VA, pkt.RKey, pkt.DMALen = w.RemoteAddr+uint64(r.off), w.RKey, chunk
+		pkt.AckReq = true
+		r.off += chunk
+		r.psn = psnAdd(r.psn, n)
+		lastPkt = r.off >= w.Len
+	default: // atomics
+		pkt.Opcode = OpcFetchAdd
+		pkt.SwapAdd = w.CompareAdd
+		if w.Op == OpCmpSwap {
+			pkt.Opcode = OpcCmpSwap
+			pkt.Compare, pkt.SwapAdd = w.CompareAdd, w.Swap
+		}
+		pkt.VA, pkt.RKey = w.RemoteAddr, w.RKey
+		pkt.AckReq = true
+		r.psn = psnAdd(r.psn, 1)
+		lastPkt = true
+	}
+	if pkt.AckReq {
+		r.sinceAck = 0
+	} else {
+		r.sinceAck++
+	}
+	if psnDiff(r.psn, r.sentEnd) > 0 {
+		r.sentEnd = r.psn
+		if lastPkt && !w.resent {
+			w.sentAt = now
+		}
+	} else {
+		r.c.st.Retransmits++
+	}
+	if lastPkt {
+		r.next++
+		r.off = 0
+	}
+	if r.deadlineAt == 0 && r.maxRTO > 0 {
+		r.deadlineAt = now + r.rto
+	}
+	return true
+}
+
+func dataOpcode(op Op, first, last bool) uint8 {
+	var base uint8 = OpcSendFirst
+	if op == OpWrite || op == OpWriteImm {
+		base = OpcWriteFirst
+	}
+	imm := op == OpSendImm || op == OpWriteImm
+	switch {
+	case first && last && imm:
+		return base + 5 // ONLY_WITH_IMMEDIATE
+	case first && last:
+		return base + 4 // ONLY
+	case first:
+		return base
+	case last && imm:
+		return base + 3 // LAST_WITH_IMMEDIATE
+	case last:
+		return base + 2
+	}
+	return base + 1 // MIDDLE
+}
+
+// receive handles ACKs, NAKs and responses.
+func (r *requester) receive(now int64, pkt *Packet) {
+	p := pkt.PSN
+	// A response must name a PSN that was sent and is not older than the
+	// oldest unacknowledged one minus one (a duplicate ACK).
+	if psnDiff(p, r.sentEnd) >= 0 || psnDiff(p, r.una) < -1 {
+		r.c.st.Dropped++
+		return
+	}
+	switch pkt.Opcode {
+	case OpcAck:
+		switch pkt.Syndrome >> 5 {
+		case 0: // ACK
+			r.c.st.AcksRecv++
+			r.ackUpTo(now, p)
+		case 1: // RNR NAK
+			r.c.st.RNRNaksRecv++
+			r.ackUpTo(now, psnAdd(p, psnMask))
+			r.rnr(now, p, pkt.Syndrome&0x1f)
+		case 3:
+			r.ackUpTo(now, psnAdd(p, psnMask))
+			if r.c.dead {
+				return
+			}
+			if pkt.Syndrome == synNAKSeq {
+				r.c.st.SeqNaksRecv++
+				r.goBack(now, p, false)
+				return
+			}
+			r.c.st.ErrNaksRecv++
+			st, what := RemOpErr, "remote operational error"
+			switch pkt.Syndrome {
+			case synNAKInvReq:
+				st, what = RemInvReqErr, "invalid request"
+			case synNAKAccess:
+				st, what = RemAccessErr, "remote access error"
+			}
+			if r.n > 0 {
+				w := r.at(0)
+				r.fail(w, st, fmt.Errorf("%v to qp %#x: responder NAK at psn %#x: %s", w.Op, r.c.cfg.DestQPN, p, what))
+			}
+		default:
+			r.c.st.Dropped++
+		}
+	case OpcReadRespFirst, OpcReadRespMiddle, OpcReadRespLast, OpcReadRespOnly:
+		r.readResponse(now, pkt)
+	case OpcAtomicAck:
+		w := r.firstRdAtomic()
+		if w == nil || !w.Op.isAtomic() || w.firstPSN != p {
+			r.c.st.Dropped++
+			return
+		}
+		if !r.c.host.AtomicResult(w.ID, pkt.Orig) {
+			r.ackUpTo(now, psnAdd(p, psnMask))
+			r.fail(w, LocProtErr, fmt.Errorf("%v result: local memory refused the write", w.Op))
+			return
+		}
+		w.done = true
+		r.ackUpTo(now, p)
+	default:
+		r.c.st.Dropped++
+	}
+}
+
+// chunkBytes is the largest READ request the requester issues.
+func (r *requester) chunkBytes() uint32 { return uint32(r.c.cfg.Window) * r.mtu() }
+
+// rdAtomicOutstanding counts READ requests and atomics sent and not yet
+// answered, which max_rd_atomic bounds (the peer keeps one responder
+// resource for each).
+func (r *requester) rdAtomicOutstanding() int {
+	out := 0
+	cb := r.chunkBytes()
+	for i := 0; i <= r.next && i < r.n; i++ {
+		w := r.at(i)
+		if !w.started || !w.Op.isRdAtomic() || w.done {
+			continue
+		}
+		if w.Op.isAtomic() {
+			if i < r.next {
+				out++
+			}
+			continue
+		}
+		issued := w.Len
+		if i == r.next {
+			issued = r.off
+		}
+		out += int((issued+cb-1)/cb - w.recvd/cb)
+	}
+	return out
+}
+
+// firstRdAtomic returns the oldest started READ or atomic not yet answered.
+func (r *requester) firstRdAtomic() *sreq {
+	for i := 0; i < r.n; i++ {
+		w := r.at(i)
+		if !w.started {
+			return nil
+		}
+		if w.Op.isRdAtomic() && !w.done {
+			return w
+		}
+	}
+	return nil
+}
+
+// neededPSN is the next response PSN a READ or atomic waits for.
+func (r *requester) neededPSN(w *sreq) uint32 {
+	if w.Op == OpRead {
+		return psnAdd(w.firstPSN, w.recvd/r.mtu())
+	}
+	return w.firstPSN
+}
+
+func (r *requester) readResponse(now int64, pkt *Packet) {
+	w := r.firstRdAtomic()
+	if w == nil || w.Op != OpRead {
+		r.c.st.Dropped++
+		return
+	}
+	want := r.neededPSN(w)
+	if pkt.PSN != want {
+		if psnDiff(pkt.PSN, want) > 0 {
+			r.goBack(now, want, false) // a response was lost
+		}
+		r.c.st.Dropped++
+		return
+	}
+	seg := min(r.mtu(), w.Len-w.recvd)
+	last := w.recvd+seg == w.Len
+	if uint32(len(pkt.Payload)) != seg || (last && pkt.Opcode != OpcReadRespLast && pkt.Opcode != OpcReadRespOnly) {
+		r.c.st.Dropped++
+		return
+	}
+	if seg > 0 && !r.c.host.ReadResponse(w.ID, w.recvd, pkt.Payload) {
+		r.ackUpTo(now, psnAdd(pkt.PSN, psnMask))
+		r.fail(w, LocProtErr, fmt.Errorf("RDMA_READ response: local memory refused the data"))
+		return
+	}
+	w.recvd += seg
+	if last {
+		w.done = true
+	}
+	r.ackUpTo(now, pkt.PSN)
+}
+
+// ackUpTo retires every request acknowledged by PSN p (inclusive).
+func (r *requester) ackUpTo(now int64, p uint32) {
+	if psnDiff(p, r.una) < 0 {
+		return // duplicate or stale
+	}
+	progress := false
+	for r.n > 0 && !r.c.dead {
+		w := r.at(0)
+		if !w.started {
+			break
+		}
+		if w.Op.isRdAtomic() {
+			if !w.done {
+				if need := r.neededPSN(w); psnDiff(p, need) >= 0 {
+					// Acknowledged past a READ/atomic whose response is
+					// missing: the response was lost.
+					r.retire(now, progress)
+					r.goBack(now, need, false)
+					return
+				}
+				break
+			}
+		} else if psnDiff(psnAdd(w.firstPSN, w.npkts-1), p) > 0 {
+			break // not wholly acknowledged
+		}
+		r.complete(now, w)
+		progress = true
+	}
+	if psnDiff(psnAdd(p, 1), r.una) > 0 {
+		r.una = psnAdd(p, 1)
+		progress = true
+	}
+	r.retire(now, progress)
+}
+
+// retire resets the retry state after forward progress.
+func (r *requester) retire(now int64, progress bool) {
+	if !progress {
+		return
+	}
+	r.retryLeft, r.rnrLeft = r.c.cfg.RetryCnt, r.c.cfg.RNRRetry
+	r.retrying = false
+	if psnDiff(r.sentEnd, r.una) > 0 && r.maxRTO > 0 {
+		r.deadlineAt = now + r.rto
+	} else {
+		r.deadlineAt = 0
+	}
+}
+
+func (r *requester) complete(now int64, w *sreq) {
+	if !w.resent && w.sentAt != 0 {
+		r.sample(now - w.sentAt)
+	}
+	if end := psnAdd(w.firstPSN, w.npkts); psnDiff(end, r.una) > 0 {
+		r.una = end
+	}
+	id, n := w.ID, w.Len
+	r.pop()
+	r.c.host.SendComplete(id, Success, n)
+}
+
+func (r *requester) pop() {
+	old := r.ring[r.head]
+	r.ring[r.head] = sreq{}
+	r.head++
+	if r.head == len(r.ring) {
+		r.head = 0
+	}
+	r.n--
+	if r.next > 0 {
+		r.next--
+		return
+	}
+	// The transmit point was inside the retired request (it was being
+	// retransmitted when a late acknowledgement covered it): move it on.
+	r.off = 0
+	r.psn = psnAdd(old.firstPSN, old.npkts)
+	if r.n > 0 && r.at(0).started {
+		w := r.at(0)
+		r.psn = w.firstPSN
+		if w.Op == OpRead {
+			r.off, r.psn = w.recvd, r.neededPSN(w)
+		}
+	}
+}
+
+// sample folds a round-trip measurement into the RTO (RFC 6298), bounded
+// below by MinRTO and above by the QP's timeout attribute.
+func (r *requester) sample(rtt int64) {
+	if rtt <= 0 {
+		rtt = 1
+	}
+	if r.srtt == 0 {
+		r.srtt, r.rttvar = rtt, rtt/2
+	} else {
+		d := r.srtt - rtt
+		if d < 0 {
+			d = -d
+		}
+		r.rttvar = (3*r.rttvar + d) / 4
+		r.srtt = (7*r.srtt + rtt) / 8
+	}
+	r.rto = max(r.srtt+4*r.rttvar, r.c.cfg.MinRTO)
+	if r.maxRTO > 0 {
+		r.rto = min(r.rto, r.maxRTO)
+	}
+}
+
+// goBack starts a go-back-N retry from PSN p. A sequence NAK for a retry
+// already under way is ignored. Only timeouts count against retry_cnt: a
+// sequence NAK or an out-of-order response proves the responder is alive
+// and reachable, and on a reordering network counting them would exhaust
+// the budget of a healthy connection (rxe counts both).
+func (r *requester) goBack(now int64, p uint32, timeout bool) {
+	if r.n == 0 {
+		return
+	}
+	if r.retrying && p == r.retryPSN && !timeout {
+		return
+	}
+	if !timeout {
+		r.retrying, r.retryPSN = true, p
+		r.rewind(p)
+		return
+	}
+	if r.retryLeft == 0 {
+		w := r.at(0)
+		r.fail(w, RetryExcErr, fmt.Errorf("%v to qp %#x: no acknowledgement for psn %#x after %d retries (rto %dµs)",
+			w.Op, r.c.cfg.DestQPN, p, r.c.cfg.RetryCnt, r.rto/1000))
+		return
+	}
+	r.retryLeft--
+	r.retrying, r.retryPSN = true, p
+	r.rewind(p)
+	if r.maxRTO > 0 {
+		r.deadlineAt = now + r.rto
+	}
+}
+
+// rewind moves the transmit point back to PSN p.
+func (r *requester) rewind(p uint32) {
+	for i := 0; i < r.n; i++ {
+		w := r.at(i)
+		if !w.started {
+			break
+		}
+		end := psnAdd(w.firstPSN, w.npkts)
+		if psnDiff(p, w.firstPSN) < 0 || psnDiff(p, end) >= 0 {
+			continue
+		}
+		r.next = i
+		switch {
+		case w.Op == OpRead:
+			r.off = w.recvd
+			r.psn = r.neededPSN(w)
+		case w.Op.isAtomic():
+			r.off = 0
+			r.psn = w.firstPSN
+		default:
+			r.off = uint32(psnDiff(p, w.firstPSN)) * r.mtu()
+			r.psn = p
+		}
+		for j := i; j < r.n && r.at(j).started; j++ {
+			r.at(j).resent = true
+		}
+		r.sinceAck = 0
+		return
+	}
+}
+
+func (r *requester) rnr(now int64, p uint32, code uint8) {
+	if r.c.dead || r.n == 0 {
+		return
+	}
+	if r.rnrUntil != 0 && p == r.retryPSN {
+		return // a duplicate RNR NAK for the wait under way
+	}
+	if r.c.cfg.RNRRetry != 7 {
+		if r.rnrLeft == 0 {
+			w := r.at(0)
+			r.fail(w, RNRRetryExcErr, fmt.Errorf("%v to qp %#x: receiver not ready after %d RNR retries", w.Op, r.c.cfg.DestQPN, r.c.cfg.RNRRetry))
+			return
+		}
+		r.rnrLeft--
+	}
+	r.retrying, r.retryPSN = true, p
+	r.rewind(p)
+	r.rnrUntil = now + rnrDelayNS(code)
+	r.deadlineAt = 0 // the retransmit timer restarts when sending resumes
+}
+
+// fail completes w with an error status and stops the engine.
+// w is the oldest outstanding request.
+func (r *requester) fail(w *sreq, st Status, cause error) {
+	id := w.ID
+	r.pop()
+	r.c.host.SendComplete(id, st, 0)
+	r.c.fatal(fmt.Errorf("qp %#x: %v: %w", r.c.cfg.QPN, st, cause))
+}
+
+func (r *requester) deadline() int64 {
+	d := r.deadlineAt
+	if r.rnrUntil != 0 && (d == 0 || r.rnrUntil < d) {
+		d = r.rnrUntil
+	}
+	return d
+}
+
+func (r *requester) tick(now int64) {
+	if r.deadlineAt == 0 || now < r.deadlineAt {
+		return
+	}
+	if psnDiff(r.sentEnd, r.una) <= 0 {
+		r.deadlineAt = 0
+		return
+	}
+	r.c.st.Timeouts++
+	if r.maxRTO > 0 {
+		r.rto = min(2*r.rto, r.maxRTO)
+	}
+	r.goBack(now, r.una, true)
+}
+
+// rnrDelayNS is the IB RNR NAK timer table (IBA table 45), in ns.
+func rnrDelayNS(code uint8) int64 {
+	us := [32]int64{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+		2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
+	return us[code&31] * 1000
+}

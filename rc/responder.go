@@ -1,0 +1,349 @@
+package rc
+
+import "fmt"
+
+// resource remembers an executed READ or atomic for duplicate replay
+// (the responder resources of max_dest_rd_atomic).
+type resource struct {
+	used        bool
+	read        bool
+	first, last uint32 // PSN range
+	va          uint64
+	rkey        uint32
+	len         uint32
+	orig        uint64 // atomic: the original value returned
+}
+
+const (
+	itemAck = iota
+	itemNak
+	itemAtomicAck
+	itemRead
+)
+
+// outItem is a response waiting to be sent. Responses go out in the order
+// their requests were executed, so an ACK never overtakes the READ
+// response of an earlier request.
+type outItem struct {
+	kind uint8
+	syn  uint8
+	psn  uint32
+	msn  uint32
+	orig uint64
+	// READ response run
+	va       uint64
+	rkey     uint32
+	len, off uint32
+}
+
+// responder is the receive side of a QP.
+type responder struct {
+	c       *Conn
+	epsn    uint32 // expected PSN
+	msn     uint32
+	nakSent bool // a NAK for epsn went out; no more until back in sequence
+
+	// The message in progress (multi-packet SEND or WRITE).
+	inMsg     bool
+	msgWrite  bool
+	recvTaken bool
+	off       uint32
+	va        uint64
+	rkey      uint32
+	total     uint32
+
+	res     []resource
+	resNext int
+
+	out     []outItem
+	outHead int
+	outN    int
+}
+
+func (r *responder) init(c *Conn) {
+	r.c = c
+	r.epsn = c.cfg.RecvPSN
+	r.res = make([]resource, max(c.cfg.MaxDestRdAtomic, 1))
+	r.out = make([]outItem, 2*max(c.cfg.MaxDestRdAtomic, 1)+16)
+}
+
+func (r *responder) push(it outItem) {
+	if it.kind == itemAck && r.outN > 0 {
+		if t := &r.out[(r.outHead+r.outN-1)%len(r.out)]; t.kind == itemAck {
+			t.psn, t.msn = it.psn, it.msn // coalesce
+			return
+		}
+	}
+	if r.outN == len(r.out) {
+		r.c.st.Dropped++ // the requester's timeout recovers it
+		return
+	}
+	r.out[(r.outHead+r.outN)%len(r.out)] = it
+	r.outN++
+}
+
+func (r *responder) nak(syn uint8, psn uint32) {
+	r.push(outItem{kind: itemNak, syn: syn, psn: psn, msn: r.msn})
+}
+
+// classC sends an error NAK and stops the engine once it is out.
+func (r *responder) classC(syn uint8, psn uint32, format string, args ...any) {
+	r.nak(syn, psn)
+	r.c.st.ErrNaksSent++
+	cause := fmt.Errorf("qp %#x: request from qp %#x at psn %#x: %s", r.c.cfg.QPN, r.c.cfg.DestQPN, psn, fmt.Sprintf(format, args...))
+	r.c.fatal(cause)
+}
+
+func (r *responder) receive(now int64, pkt *Packet) {
+	p := pkt.PSN
+	if pkt.Opcode > lastKnownRequestOpc {
+		r.c.st.Dropped++
+		return
+	}
+	d := psnDiff(p, r.epsn)
+	if d > 0 {
+		r.c.st.OutOfSequence++
+		if !r.nakSent {
+			r.nakSent = true
+			r.c.st.SeqNaksSent++
+			r.nak(synNAKSeq, r.epsn)
+		}
+		return
+	}
+	if d < 0 {
+		r.c.st.Duplicates++
+		r.duplicate(pkt)
+		return
+	}
+	op := pkt.Opcode
+	acc := r.c.cfg.Access
+	mtu := uint32(r.c.cfg.MTU)
+	plen := uint32(len(pkt.Payload))
+	switch {
+	case op <= OpcWriteOnlyImm:
+		write := op >= OpcWriteFirst
+		first := op == OpcSendFirst || op == OpcSendOnly || op == OpcSendOnlyImm ||
+			op == OpcWriteFirst || op == OpcWriteOnly || op == OpcWriteOnlyImm
+		last := !(op == OpcSendFirst || op == OpcSendMiddle || op == OpcWriteFirst || op == OpcWriteMiddle)
+		imm := HasImm(op)
+		if first == r.inMsg || (r.inMsg && write != r.msgWrite) {
+			r.classC(synNAKInvReq, p, "opcode %#x out of sequence", op)
+			return
+		}
+		if write && acc&RemoteWrite == 0 {
+			r.classC(synNAKInvReq, p, "RDMA WRITE not permitted by the QP's access flags")
+			return
+		}
+		if (!last && plen != mtu) || plen > mtu {
+			r.classC(synNAKInvReq, p, "payload %d bytes in opcode %#x with path MTU %d", plen, op, mtu)
+			return
+		}
+		needRecv := (!write && first) || (write && imm)
+		if needRecv && !r.recvTaken {
+			if !r.c.host.RecvBegin() {
+				r.nakSent = true
+				r.c.st.RNRNaksSent++
+				r.nak(synRNR|r.c.cfg.MinRNRTimer, p)
+				return
+			}
+			r.recvTaken = true
+		}
+		if first {
+			r.off = 0
+			if write {
+				r.va, r.rkey, r.total = pkt.VA, pkt.RKey, pkt.DMALen
+				if r.total > 0 {
+					if st := r.c.host.RemoteCheck(r.rkey, r.va, r.total, RemoteWrite); st != Success {
+						r.recvTaken = false // the receive is flushed with the QP
+						r.classC(synNAKAccess, p, "RDMA WRITE rkey %#x [%#x, +%d) refused", r.rkey, r.va, r.total)
+						return
+					}
+				}
+			}
+		}
+		if write {
+			if r.off+plen > r.total || (last && r.off+plen != r.total) {
+				r.recvTaken = false
+				r.classC(synNAKInvReq, p, "RDMA WRITE payload overruns its DMA length %d", r.total)
+				return
+			}
+			if plen > 0 && !r.c.host.RemoteWrite(r.rkey, r.va+uint64(r.off), pkt.Payload) {
+				r.recvTaken = false
+				r.classC(synNAKAccess, p, "RDMA WRITE rkey %#x became invalid mid-message", r.rkey)
+				return
+			}
+		} else if st := r.c.host.RecvPlace(r.off, pkt.Payload); st != Success {
+			r.endRecv(st)
+			if st == LocLenErr {
+				r.classC(synNAKInvReq, p, "SEND of more than the receive buffer holds")
+			} else {
+				r.classC(synNAKRemOp, p, "receive buffer refused the SEND (%v)", st)
+			}
+			return
+		}
+		r.off += plen
+		r.inMsg, r.msgWrite = !last, write
+		if last {
+			if r.recvTaken {
+				r.recvTaken = false
+				r.c.host.RecvComplete(Success, r.off, pkt.Imm, imm, write)
+			}
+			r.msn = (r.msn + 1) & psnMask
+		}
+		r.epsn = psnAdd(r.epsn, 1)
+		r.nakSent = false
+		if pkt.AckReq {
+			r.c.st.AcksSent++
+			r.push(outItem{kind: itemAck, psn: p, msn: r.msn})
+		}
+	case op == OpcReadRequest:
+		if r.inMsg {
+			r.classC(synNAKInvReq, p, "READ request inside a multi-packet message")
+			return
+		}
+		if acc&RemoteRead == 0 || r.c.cfg.MaxDestRdAtomic == 0 {
+			r.classC(synNAKInvReq, p, "RDMA READ not permitted (access flags or max_dest_rd_atomic 0)")
+			return
+		}
+		if pkt.DMALen > 0 {
+			if st := r.c.host.RemoteCheck(pkt.RKey, pkt.VA, pkt.DMALen, RemoteRead); st != Success {
+				r.classC(synNAKAccess, p, "RDMA READ rkey %#x [%#x, +%d) refused", pkt.RKey, pkt.VA, pkt.DMALen)
+				return
+			}
+		}
+		n := max(1, (pkt.DMALen+mtu-1)/mtu)
+		r.res[r.resNext] = resource{used: true, read: true, first: p, last: psnAdd(p, n-1), va: pkt.VA, rkey: pkt.RKey, len: pkt.DMALen}
+		r.resNext = (r.resNext + 1) % len(r.res)
+		r.epsn = psnAdd(r.epsn, n)
+		r.msn = (r.msn + 1) & psnMask
+		r.nakSent = false
+		r.push(outItem{kind: itemRead, psn: p, msn: r.msn, va: pkt.VA, rkey: pkt.RKey, len: pkt.DMALen})
+	case op == OpcCmpSwap || op == OpcFetchAdd:
+		if r.inMsg {
+			r.classC(synNAKInvReq, p, "atomic inside a multi-packet message")
+			return
+		}
+		if acc&RemoteAtomic == 0 || r.c.cfg.MaxDestRdAtomic == 0 {
+			r.classC(synNAKInvReq, p, "atomic not permitted (access flags or max_dest_rd_atomic 0)")
+			return
+		}
+		if pkt.VA&7 != 0 {
+			r.classC(synNAKInvReq, p, "atomic address %#x not 8-byte aligned", pkt.VA)
+			return
+		}
+		if st := r.c.host.RemoteCheck(pkt.RKey, pkt.VA, 8, RemoteAtomic); st != Success {
+			r.classC(synNAKAccess, p, "atomic rkey %#x at %#x refused", pkt.RKey, pkt.VA)
+			return
+		}
+		aop, cmp := OpFetchAdd, pkt.SwapAdd
+		if op == OpcCmpSwap {
+			aop, cmp = OpCmpSwap, pkt.Compare
+		}
+		orig, ok := r.c.host.RemoteAtomic(pkt.RKey, pkt.VA, aop, cmp, pkt.SwapAdd)
+		if !ok {
+			r.classC(synNAKAccess, p, "atomic rkey %#x became invalid", pkt.RKey)
+			return
+		}
+		r.res[r.resNext] = resource{used: true, first: p, last: p, orig: orig}
+		r.resNext = (r.resNext + 1) % len(r.res)
+		r.epsn = psnAdd(r.epsn, 1)
+		r.msn = (r.msn + 1) & psnMask
+		r.nakSent = false
+		r.push(outItem{kind: itemAtomicAck, psn: p, msn: r.msn, orig: orig})
+	default:
+		r.c.st.Dropped++
+	}
+}
+
+// endRecv completes a receive the failing message had taken.
+func (r *responder) endRecv(st Status) {
+	if r.recvTaken {
+		r.recvTaken = false
+		r.c.host.RecvComplete(st, 0, 0, false, r.msgWrite)
+	}
+}
+
+// duplicate answers a request the responder has already executed.
+func (r *responder) duplicate(pkt *Packet) {
+	p := pkt.PSN
+	switch pkt.Opcode {
+	case OpcReadRequest:
+		for i := range r.res {
+			s := &r.res[i]
+			if !s.used || !s.read || psnDiff(p, s.first) < 0 || psnDiff(p, s.last) > 0 || s.rkey != pkt.RKey {
+				continue
+			}
+			if pkt.VA < s.va || pkt.VA+uint64(pkt.DMALen) > s.va+uint64(s.len) {
+				continue
+			}
+			r.push(outItem{kind: itemRead, psn: p, msn: r.msn, va: pkt.VA, rkey: pkt.RKey, len: pkt.DMALen})
+			return
+		}
+		r.c.st.Dropped++
+	case OpcCmpSwap, OpcFetchAdd:
+		for i := range r.res {
+			if s := &r.res[i]; s.used && !s.read && s.first == p {
+				r.push(outItem{kind: itemAtomicAck, psn: p, msn: r.msn, orig: s.orig})
+				return
+			}
+		}
+		r.c.st.Dropped++
+	default:
+		// SEND/WRITE: acknowledge what has been received (C9-105).
+		r.c.st.AcksSent++
+		r.push(outItem{kind: itemAck, psn: psnAdd(r.epsn, psnMask), msn: r.msn})
+	}
+}
+
+// poll emits the next queued response.
+func (r *responder) poll(now int64, pkt *Packet, buf []byte) bool {
+	if r.outN == 0 {
+		return false
+	}
+	it := &r.out[r.outHead]
+	pkt.PSN, pkt.MSN = it.psn, it.msn
+	done := true
+	switch it.kind {
+	case itemAck:
+		pkt.Opcode, pkt.Syndrome = OpcAck, synACK
+	case itemNak:
+		pkt.Opcode, pkt.Syndrome = OpcAck, it.syn
+	case itemAtomicAck:
+		pkt.Opcode, pkt.Syndrome, pkt.Orig = OpcAtomicAck, synACK, it.orig
+	case itemRead:
+		mtu := uint32(r.c.cfg.MTU)
+		seg := min(mtu, it.len-it.off)
+		idx := it.off / mtu
+		n := max(1, (it.len+mtu-1)/mtu)
+		first, last := idx == 0, idx == n-1
+		switch {
+		case first && last:
+			pkt.Opcode = OpcReadRespOnly
+		case first:
+			pkt.Opcode = OpcReadRespFirst
+		case last:
+			pkt.Opcode = OpcReadRespLast
+		default:
+			pkt.Opcode = OpcReadRespMiddle
+		}
+		pkt.Syndrome = synACK
+		pkt.PSN = psnAdd(it.psn, idx)
+		pkt.Payload = buf[:seg]
+		if seg > 0 && !r.c.host.RemoteRead(it.rkey, it.va+uint64(it.off), pkt.Payload) {
+			// The MR went away mid-response: NAK instead, and stop.
+			*pkt = Packet{Opcode: OpcAck, Syndrome: synNAKAccess, PSN: pkt.PSN, MSN: it.msn, DestQPN: pkt.DestQPN}
+			r.outHead = (r.outHead + 1) % len(r.out)
+			r.outN--
+			r.c.st.ErrNaksSent++
+			r.c.fatal(fmt.Errorf("qp %#x: READ rkey %#x became invalid mid-response", r.c.cfg.QPN, it.rkey))
+			return true
+		}
+		it.off += seg
+		done = last
+	}
+	if done {
+		r.outHead = (r.outHead + 1) % len(r.out)
+		r.outN--
+	}
+	return true
+}
