@@ -302,28 +302,43 @@ func (r *requester) receive(now int64, pkt *Packet) {
 // chunkBytes is the largest READ request the requester issues.
 func (r *requester) chunkBytes() uint32 { return uint32(r.c.cfg.Window) * r.mtu() }
 
-// rdAtomicOutstanding counts READ requests and atomics sent and not yet
-// answered, which max_rd_atomic bounds (the peer keeps one responder
-// resource for each).
+// rdAtomicOutstanding counts the READ requests and atomics the responder
+// must still hold resources for: every one issued since the oldest that is
+// not yet answered (the responder recycles its max_dest_rd_atomic resources
+// oldest first, so a later answered request does not free an older slot).
+// max_rd_atomic bounds it.
 func (r *requester) rdAtomicOutstanding() int {
 	out := 0
 	cb := r.chunkBytes()
+	counting := false
 	for i := 0; i <= r.next && i < r.n; i++ {
 		w := r.at(i)
-		if !w.started || !w.Op.isRdAtomic() || w.done {
+		if !w.started || !w.Op.isRdAtomic() {
 			continue
 		}
-		if w.Op.isAtomic() {
-			if i < r.next {
-				out++
+		issued := uint32(1)
+		if w.Op == OpRead {
+			n := w.Len
+			if i == r.next {
+				n = r.off
 			}
-			continue
+			issued = max((n+cb-1)/cb, 1)
+			if i == r.next && r.off == 0 {
+				issued = 0
+			}
+		} else if i == r.next {
+			issued = 0
 		}
-		issued := w.Len
-		if i == r.next {
-			issued = r.off
+		if !counting {
+			if w.done {
+				continue
+			}
+			counting = true
+			if w.Op == OpRead {
+				issued -= min(issued, w.recvd/cb)
+			}
 		}
-		out += int((issued+cb-1)/cb - w.recvd/cb)
+		out += int(issued)
 	}
 	return out
 }

@@ -450,7 +450,11 @@ func runSim(t *testing.T, sc simConfig) (err error) {
 		}
 		now = next
 		for _, s := range sides {
+			before := s.c.st.Timeouts
 			s.c.Tick(now)
+			if *flagTrace && s.c.st.Timeouts != before {
+				t.Logf("%9d timeout at %s: %s", now, s.h.name, s.c.debugState())
+			}
 		}
 		if now > limit {
 			return fmt.Errorf("hang: %v of simulated time; a %d/%d done, b %d/%d done, net %+v, a %+v, b %+v",
@@ -549,11 +553,13 @@ func drawFaults(rng *rand.Rand) faults {
 	case 1:
 		f.loss, f.dup = 0.01, 0.01
 	default:
-		f.loss, f.dup, f.corrupt = rng.Float64()*0.1, rng.Float64()*0.05, rng.Float64()*0.05
+		f.loss, f.dup, f.corrupt = rng.Float64()*0.05, rng.Float64()*0.05, rng.Float64()*0.02
 	}
+	// Partitions that heal within the retry budget (7 timeouts of at least
+	// MinRTO, doubling: over 25 ms); TestSimulationPartition covers longer.
 	if rng.IntN(4) == 0 {
 		start := rng.Int64N(5e6)
-		f.partitions = append(f.partitions, [2]int64{start, start + rng.Int64N(20e6)})
+		f.partitions = append(f.partitions, [2]int64{start, start + rng.Int64N(5e6)})
 	}
 	return f
 }
