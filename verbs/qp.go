@@ -47,6 +47,8 @@ type QP struct {
 	sigAll  bool
 	initPSN uint32
 	drv     QPDriver
+	issuer  Issuer        // drv, when it completes requests asynchronously
+	notify  StateNotifier // drv, when it wants state changes
 	timer   *time.Timer
 
 	// mu guards everything below it. Lock order: respMu, then mu, then a
@@ -149,6 +151,8 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("create qp: %w", err)
 	}
 	qp.drv = drv
+	qp.issuer, _ = drv.(Issuer)
+	qp.notify, _ = drv.(StateNotifier)
 	return qp, nil
 }
 
@@ -244,6 +248,7 @@ func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	qp.attr.apply(attr, mask)
 	qp.state = to
 	qp.destQPN.Store(qp.attr.DestQPN)
+	newAttr := qp.attr
 	kick := false
 	flushRQ := false
 	switch {
@@ -261,6 +266,9 @@ func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 		kick = true
 	}
 	unlock()
+	if qp.notify != nil && (mask&AttrState != 0 || to == from) {
+		qp.notify.StateChanged(from, to, newAttr)
+	}
 	if flushRQ {
 		qp.flushRQ()
 	}

@@ -56,6 +56,7 @@ type SendWQE struct {
 	inline   []byte // storage; the payload is inline[:length] when inlined
 	length   uint64
 	signaled bool
+	ssn      uint64 // send sequence number, unique per QP
 
 	// Requester progress state.
 	started   bool
@@ -86,6 +87,8 @@ func (w *SendWQE) Imm() uint32 { return w.imm }
 type sendQueue struct {
 	ring    []SendWQE
 	head, n int
+	issued  int    // requests from head handed to an Issuer
+	nextSSN uint64 // ssn of the next posted request
 }
 
 func (q *sendQueue) init(depth, maxSGE, maxInline int) {
@@ -122,6 +125,7 @@ func (q *sendQueue) clear() {
 	for q.n > 0 {
 		q.pop()
 	}
+	q.issued = 0
 }
 
 // RecvWQE is a posted receive request.
@@ -130,11 +134,13 @@ type RecvWQE struct {
 	sge    []SGE
 	mrs    []*MR
 	length uint64
+	rsn    uint64 // receive sequence number, unique per QP
 }
 
 type recvQueue struct {
 	ring    []RecvWQE
 	head, n int
+	nextRSN uint64
 }
 
 func (q *recvQueue) init(depth, maxSGE int) {
@@ -272,6 +278,8 @@ func (qp *QP) fillSend(w *SendWQE, wr *SendWR) error {
 		return errorf(ErrInvalidArgument, "message of %d bytes exceeds max_msg_sz %d", w.length, qp.ctx.attr.MaxMsgSize)
 	}
 	w.id, w.op, w.flags, w.imm = wr.ID, op, wr.Flags, wr.Imm
+	qp.sq.nextSSN++
+	w.ssn = qp.sq.nextSSN
 	w.raddr, w.rkey, w.cmp, w.swap = wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap
 	w.signaled = qp.sigAll || wr.Flags&SendSignaled != 0
 	w.started, w.stalled, w.notBefore = false, false, time.Time{}
@@ -309,6 +317,8 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 			break
 		}
 		r.id, r.length = wrs[i].ID, n
+		q.nextRSN++
+		r.rsn = q.nextRSN
 		q.n++
 	}
 	inErr := qp.state == QPSErr
@@ -336,6 +346,10 @@ func (qp *QP) kick() {
 // completions, so completions keep posting order and the flush of an ERR
 // QP comes after the completion of the request in flight.
 func (qp *QP) progressLocked() {
+	if qp.issuer != nil {
+		qp.issueLocked()
+		return
+	}
 	for {
 		if qp.state == QPSErr {
 			qp.flushSQLocked()
@@ -418,10 +432,13 @@ func (qp *QP) progressLocked() {
 		} else if w.signaled && !qp.sendCQ.push(&wc) {
 			failCause = fmt.Errorf("send cq overflowed; completion of wr %#x lost", wc.WRID)
 		}
-		if failCause != nil && qp.enterErrLocked(failCause) {
+		if from := qp.state; failCause != nil && qp.enterErrLocked(failCause) {
 			qp.mu.Unlock()
 			if out.Status == WCSuccess {
 				qp.ctx.PostEvent(AsyncEvent{Type: EventQPFatal, QP: qp, Cause: failCause})
+			}
+			if qp.notify != nil {
+				qp.notify.StateChanged(from, QPSErr, qp.Query())
 			}
 			qp.flushRQ()
 			qp.mu.Lock()
@@ -445,6 +462,7 @@ func (qp *QP) idleLocked() {
 
 // flushSQLocked completes every queued send request with WR_FLUSH_ERR.
 func (qp *QP) flushSQLocked() {
+	qp.sq.issued = 0
 	for qp.sq.n > 0 {
 		w := qp.sq.at(0)
 		wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: w.op.wcOpcode(), QPNum: qp.num}
@@ -486,6 +504,7 @@ func (qp *QP) enterErrLocked(cause error) bool {
 // queues. Call it with no verbs lock held.
 func (qp *QP) Fail(cause error, ev AsyncEventType, post bool) {
 	qp.mu.Lock()
+	from := qp.state
 	changed := qp.enterErrLocked(cause)
 	qp.mu.Unlock()
 	if !changed {
@@ -494,6 +513,5 @@ func (qp *QP) Fail(cause error, ev AsyncEventType, post bool) {
 	if post {
 		qp.ctx.PostEvent(AsyncEvent{Type: ev, QP: qp, Cause: cause})
 	}
-	qp.flushRQ()
-	qp.kick()
+	qp.afterErr(from, cause, false)
 }
