@@ -119,8 +119,9 @@ type Request struct {
 // Poll and Tick.
 type Host interface {
 	// Payload copies bytes [off, off+len(dst)) of request id's local data
-	// into dst (the SGE list or inline data).
-	Payload(id uint64, off uint32, dst []byte)
+	// into dst (the SGE list or inline data); false means the local memory
+	// is gone (an MR deregistered after posting: LOC_PROT_ERR).
+	Payload(id uint64, off uint32, dst []byte) bool
 	// ReadResponse places READ response bytes at off of request id's local
 	// SGE list; false means the local memory refused (LOC_PROT_ERR).
 	ReadResponse(id uint64, off uint32, src []byte) bool
@@ -192,7 +193,8 @@ type Stats struct {
 	PktsSent, PktsRecv       uint64
 	BytesSent, BytesRecv     uint64 // payload bytes
 	Retransmits              uint64 // packets sent again
-	Timeouts                 uint64
+	Timeouts                 uint64 // retransmit timer expiries
+	Retries                  uint64 // go-back-N retries after a timeout (what retry_cnt bounds)
 	SeqNaksSent, SeqNaksRecv uint64
 	RNRNaksSent, RNRNaksRecv uint64
 	ErrNaksSent, ErrNaksRecv uint64
@@ -231,6 +233,28 @@ func New(cfg Config, host Host) (*Conn, error) {
 	c.resp.init(c)
 	return c, nil
 }
+
+// StartSend configures the requester when the QP reaches RTS (the engine
+// may be created at RTR, when only the responder runs). It must be called
+// before the first Post.
+func (c *Conn) StartSend(sendPSN uint32, timeout, retryCnt, rnrRetry uint8, maxRdAtomic int) error {
+	if c.req.n != 0 {
+		return fmt.Errorf("rc: qp %#x: StartSend with %d requests queued", c.cfg.QPN, c.req.n)
+	}
+	if sendPSN > psnMask || timeout > 31 || retryCnt > 7 || rnrRetry > 7 {
+		return fmt.Errorf("rc: qp %#x: sq_psn %#x, timeout %d, retry_cnt %d or rnr_retry %d out of range", c.cfg.QPN, sendPSN, timeout, retryCnt, rnrRetry)
+	}
+	c.cfg.SendPSN, c.cfg.Timeout, c.cfg.RetryCnt, c.cfg.RNRRetry, c.cfg.MaxRdAtomic = sendPSN, timeout, retryCnt, rnrRetry, maxRdAtomic
+	ring := c.req.ring
+	c.req = requester{}
+	c.req.init(c)
+	c.req.ring = ring
+	return nil
+}
+
+// SetMaxRdAtomic changes max_rd_atomic (an SQD→SQD modify); requests
+// queued behind a change to 0 fail with LOC_QP_OP_ERR.
+func (c *Conn) SetMaxRdAtomic(n int) { c.cfg.MaxRdAtomic = n }
 
 // Stats returns the engine's counters.
 func (c *Conn) Stats() Stats { return c.st }

@@ -156,8 +156,11 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 			pkt.Imm = w.Imm
 		}
 		pkt.Payload = buf[:seg]
-		if seg > 0 {
-			r.c.host.Payload(w.ID, r.off, pkt.Payload)
+		if seg > 0 && !r.c.host.Payload(w.ID, r.off, pkt.Payload) {
+			if r.next == 0 { // error completions keep posting order
+				r.fail(w, LocProtErr, fmt.Errorf("%v: local memory gone since posting", w.Op))
+			}
+			return false
 		}
 		r.off += seg
 		r.psn = psnAdd(r.psn, 1)
@@ -529,6 +532,7 @@ func (r *requester) goBack(now int64, p uint32, timeout bool) {
 		return
 	}
 	r.retryLeft--
+	r.c.st.Retries++
 	r.retrying, r.retryPSN = true, p
 	r.rewind(p)
 	if r.maxRTO > 0 {

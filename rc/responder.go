@@ -1,6 +1,16 @@
 package rc
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
+
+// Kinds of responder errors, wrapped by the cause given to Host.Fatal.
+var (
+	ErrInvalidRequest  = errors.New("invalid request")
+	ErrRemoteAccess    = errors.New("remote access error")
+	ErrRemoteOperation = errors.New("remote operational error")
+)
 
 // resource remembers an executed READ or atomic for duplicate replay
 // (the responder resources of max_dest_rd_atomic).
@@ -86,11 +96,19 @@ func (r *responder) nak(syn uint8, psn uint32) {
 	r.push(outItem{kind: itemNak, syn: syn, psn: psn, msn: r.msn})
 }
 
-// classC sends an error NAK and stops the engine once it is out.
+// classC sends an error NAK and stops the engine once it is out. The cause
+// wraps ErrInvalidRequest, ErrRemoteAccess or ErrRemoteOperation.
 func (r *responder) classC(syn uint8, psn uint32, format string, args ...any) {
 	r.nak(syn, psn)
 	r.c.st.ErrNaksSent++
-	cause := fmt.Errorf("qp %#x: request from qp %#x at psn %#x: %s", r.c.cfg.QPN, r.c.cfg.DestQPN, psn, fmt.Sprintf(format, args...))
+	kind := ErrRemoteOperation
+	switch syn {
+	case synNAKInvReq:
+		kind = ErrInvalidRequest
+	case synNAKAccess:
+		kind = ErrRemoteAccess
+	}
+	cause := fmt.Errorf("qp %#x: request from qp %#x at psn %#x: %s: %w", r.c.cfg.QPN, r.c.cfg.DestQPN, psn, fmt.Sprintf(format, args...), kind)
 	r.c.fatal(cause)
 }
 
@@ -335,7 +353,7 @@ func (r *responder) poll(now int64, pkt *Packet, buf []byte) bool {
 			r.outHead = (r.outHead + 1) % len(r.out)
 			r.outN--
 			r.c.st.ErrNaksSent++
-			r.c.fatal(fmt.Errorf("qp %#x: READ rkey %#x became invalid mid-response", r.c.cfg.QPN, it.rkey))
+			r.c.fatal(fmt.Errorf("qp %#x: READ rkey %#x became invalid mid-response: %w", r.c.cfg.QPN, it.rkey, ErrRemoteAccess))
 			return true
 		}
 		it.off += seg

@@ -72,9 +72,10 @@ func newSimHost(t *testing.T, name string) *simHost {
 	return &simHost{t: t, name: name, mem: make([]byte, regionLen), reqs: map[uint64]simReq{}, status: map[uint64]Status{}}
 }
 
-func (h *simHost) Payload(id uint64, off uint32, dst []byte) {
+func (h *simHost) Payload(id uint64, off uint32, dst []byte) bool {
 	r := h.reqs[id]
 	copy(dst, h.mem[r.loff+off:])
+	return true
 }
 
 func (h *simHost) ReadResponse(id uint64, off uint32, src []byte) bool {

@@ -243,7 +243,8 @@ func (qp *QP) RecvPlace(rsn uint64, off uint64, src []byte) WCStatus {
 }
 
 // RecvComplete completes receive rsn. It returns false when the receive CQ
-// overflowed (the QP then moves to ERR).
+// overflowed; the caller must then move the QP to ERR with Fail (outside
+// any lock of its own).
 func (qp *QP) RecvComplete(rsn uint64, st WCStatus, byteLen uint32, imm uint32, hasImm, write bool, srcQP uint32) bool {
 	qp.respMu.Lock()
 	qp.mu.Lock()
@@ -265,9 +266,6 @@ func (qp *QP) RecvComplete(rsn uint64, st WCStatus, byteLen uint32, imm uint32, 
 	ok := qp.recvCQ.push(&wc)
 	qp.mu.Unlock()
 	qp.respMu.Unlock()
-	if !ok {
-		qp.Fail(fmt.Errorf("qp %#x: recv cq overflowed; completion of wr %#x lost", qp.num, wc.WRID), EventQPFatal, true)
-	}
 	return ok
 }
 

@@ -400,6 +400,13 @@ type QPStats struct {
 	Retries uint64 // timeouts retried as requester
 }
 
+// AddStats adds a transport's counts (RNR NAKs and retries seen by its
+// protocol engine) to the QP's counters.
+func (qp *QP) AddStats(d QPStats) {
+	qp.rnrNaks.Add(d.RNRNaks)
+	qp.retries.Add(d.Retries)
+}
+
 // Stats returns the QP's counters.
 func (qp *QP) Stats() QPStats {
 	return QPStats{Sends: qp.sends.Load(), Recvs: qp.recvs.Load(), RNRNaks: qp.rnrNaks.Load(), Retries: qp.retries.Load()}

@@ -72,7 +72,7 @@ func testRetryExceeded(t *testing.T, cfg Config) {
 	if got := a.qp.Stats().Retries; got != 2 {
 		t.Fatalf("retries: %d, want retry_cnt 2", got)
 	}
-	errContains(t, a.qp.Err(), nil, "no response", "2 retries")
+	errContains(t, a.qp.Err(), nil, "RETRY_EXC_ERR", "2 retries")
 }
 
 func testCQOverflow(t *testing.T, cfg Config) {

@@ -1,0 +1,264 @@
+package udp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/ibex-rdma/ibex/rc"
+	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/wire"
+)
+
+// qpDriver is one QP's transport: the verbs side (Issue, StateChanged) runs
+// in application goroutines and only posts commands; everything else runs
+// in the device loop, which owns the engine.
+type qpDriver struct {
+	dev   *device
+	qp    *verbs.QP
+	works []verbs.SendWork // the copy of request ssn is works[ssn%len]
+
+	// Loop-owned.
+	eng        *rc.Conn
+	dropAfter  bool // stop the engine once its last output (a NAK) is out
+	destQPN    uint32
+	peer       netip.AddrPort
+	peerUDP    *net.UDPAddr
+	sendICRC   wire.ICRCPrefix
+	rsn        uint64 // the receive the engine is filling
+	errPending bool   // an error completion waits for Fatal's cause
+	errSSN     uint64
+	errSt      rc.Status
+	seen       rc.Stats // engine counters already added to the QP's
+}
+
+// Execute is not used: the QP is an Issuer.
+func (q *qpDriver) Execute(*verbs.SendWQE) verbs.Outcome { return verbs.Outcome{Kind: verbs.Lost} }
+
+// Issue copies the request and hands it to the loop.
+func (q *qpDriver) Issue(w *verbs.SendWQE) {
+	w.CopyTo(&q.works[w.SSN()%uint64(len(q.works))])
+	q.dev.post(cmd{kind: cmdIssue, q: q, ssn: w.SSN()})
+}
+
+// StateChanged hands the change to the loop; it never blocks, because the
+// loop itself causes some (an error completion moves the QP to ERR).
+func (q *qpDriver) StateChanged(from, to verbs.QPState, attr verbs.QPAttr) {
+	q.dev.post(cmd{kind: cmdState, q: q, from: from, to: to, attr: attr})
+}
+
+func (q *qpDriver) Destroy() { q.dev.post(cmd{kind: cmdDelQP, q: q}) }
+
+// window sizes the send window from the socket's receive buffer, so a
+// window of datagrams fits in the peer's buffer (both ends use the same
+// settings): drops stay the exception.
+func (q *qpDriver) window(mtu int) int {
+	w := q.dev.rcvBuf() / (mtu + 256) / 2
+	return max(8, min(w, 128))
+}
+
+// state runs in the loop.
+func (q *qpDriver) state(d *device, from, to verbs.QPState, a verbs.QPAttr) {
+	switch to {
+	case verbs.QPSRTR:
+		if from != verbs.QPSInit {
+			return
+		}
+		q.destQPN = a.DestQPN
+		ip := netip.AddrFrom16(a.AH.DGID).Unmap()
+		q.peer = netip.AddrPortFrom(ip, d.addr.Port())
+		q.peerUDP = net.UDPAddrFromAddrPort(q.peer)
+		pre, err := wire.NewICRCPrefix(&wire.Encap{Src: d.addr, Dst: q.peer, DF: true, TTL: 64})
+		if err != nil {
+			q.qp.Fail(fmt.Errorf("udp: qp %#x: peer %v: %w", q.qp.Num(), q.peer, err), verbs.EventQPFatal, true)
+			return
+		}
+		q.sendICRC = pre
+		mtu := a.PathMTU.Bytes()
+		eng, err := rc.New(rc.Config{
+			QPN: q.qp.Num(), DestQPN: a.DestQPN, RecvPSN: a.RQPSN, MTU: mtu,
+			MinRNRTimer: a.MinRNRTimer, MaxDestRdAtomic: int(a.MaxDestRdAtomic),
+			Access: rc.Access(a.AccessFlags) & (rc.RemoteWrite | rc.RemoteRead | rc.RemoteAtomic),
+			Window: q.window(mtu), MaxSendWR: len(q.works), MinRTO: 2e6,
+		}, q)
+		if err != nil {
+			q.qp.Fail(fmt.Errorf("udp: qp %#x: %w", q.qp.Num(), err), verbs.EventQPFatal, true)
+			return
+		}
+		q.eng, q.dropAfter, q.errPending, q.seen = eng, false, false, rc.Stats{}
+	case verbs.QPSRTS:
+		if q.eng == nil {
+			return
+		}
+		if from == verbs.QPSRTR {
+			if err := q.eng.StartSend(a.SQPSN, a.Timeout, a.RetryCnt, a.RNRRetry, int(a.MaxQPRdAtomic)); err != nil {
+				q.qp.Fail(fmt.Errorf("udp: qp %#x: %w", q.qp.Num(), err), verbs.EventQPFatal, true)
+			}
+		}
+	case verbs.QPSSQD:
+		if q.eng != nil {
+			q.eng.SetMaxRdAtomic(int(a.MaxQPRdAtomic))
+		}
+	case verbs.QPSErr, verbs.QPSReset:
+		q.dropAfter = true
+	}
+	if to == verbs.QPSRTS && from == verbs.QPSSQD && q.eng != nil {
+		q.eng.SetMaxRdAtomic(int(a.MaxQPRdAtomic))
+	}
+}
+
+// syncStats copies the engine's requester counters into the QP's.
+func (q *qpDriver) syncStats() {
+	if q.eng == nil {
+		return
+	}
+	st := q.eng.Stats()
+	q.qp.AddStats(verbs.QPStats{RNRNaks: st.RNRNaksRecv - q.seen.RNRNaksRecv, Retries: st.Retries - q.seen.Retries})
+	q.seen = st
+}
+
+// afterEngine drops a stopped engine once its output has been sent.
+func (q *qpDriver) afterEngine() {
+	if q.dropAfter && q.eng != nil {
+		q.eng = nil
+		q.dropAfter = false
+		for i := range q.works {
+			q.works[i].Release()
+		}
+	}
+}
+
+var opMap = [...]rc.Op{
+	verbs.WRRDMAWrite: rc.OpWrite, verbs.WRRDMAWriteWithImm: rc.OpWriteImm, verbs.WRSend: rc.OpSend,
+	verbs.WRSendWithImm: rc.OpSendImm, verbs.WRRDMARead: rc.OpRead, verbs.WRAtomicCmpAndSwp: rc.OpCmpSwap,
+	verbs.WRAtomicFetchAndAdd: rc.OpFetchAdd,
+}
+
+func (q *qpDriver) issue(ssn uint64) {
+	if q.eng == nil || q.eng.Dead() || q.dropAfter {
+		return // the QP left RTS; verbs flushes the request
+	}
+	s := &q.works[ssn%uint64(len(q.works))]
+	req := rc.Request{ID: ssn, Op: opMap[s.Op], Len: uint32(s.Length), RemoteAddr: s.RemoteAddr, RKey: s.RKey,
+		Imm: s.Imm, CompareAdd: s.CompareAdd, Swap: s.Swap, Fence: s.Flags&verbs.SendFence != 0, Solicited: s.Flags&verbs.SendSolicited != 0}
+	if err := q.eng.Post(req); err != nil {
+		q.qp.CompleteSend(ssn, verbs.WCLocQPOpErr, 0, fmt.Errorf("udp: %w", err))
+	}
+}
+
+// encode turns an engine packet into a RoCEv2 datagram in buf.
+func (q *qpDriver) encode(p *rc.Packet, wp *wire.Packet, buf []byte) ([]byte, error) {
+	*wp = wire.Packet{Payload: p.Payload}
+	wp.BTH = wire.BTH{Opcode: wire.Opcode(p.Opcode), SE: p.SE, PKey: 0xffff, DestQP: q.destQPN, AckReq: p.AckReq, PSN: p.PSN}
+	switch {
+	case rc.HasAtomicETH(p.Opcode):
+		wp.AtomicETH = wire.AtomicETH{VA: p.VA, RKey: p.RKey, SwapAdd: p.SwapAdd, Compare: p.Compare}
+	case rc.HasRETH(p.Opcode):
+		wp.RETH = wire.RETH{VA: p.VA, RKey: p.RKey, DMALen: p.DMALen}
+	}
+	if rc.HasAETH(p.Opcode) {
+		wp.AETH = wire.AETH{Syndrome: wire.Syndrome(p.Syndrome), MSN: p.MSN}
+	}
+	wp.AtomicAck = p.Orig
+	wp.Imm = p.Imm
+	return wire.AppendIB(buf, wp, &q.sendICRC)
+}
+
+// fromWire copies a decoded packet into the engine's form.
+func fromWire(wp *wire.Packet, p *rc.Packet) {
+	op := uint8(wp.BTH.Opcode)
+	*p = rc.Packet{Opcode: op, SE: wp.BTH.SE, AckReq: wp.BTH.AckReq, DestQPN: wp.BTH.DestQP, PSN: wp.BTH.PSN,
+		Syndrome: uint8(wp.AETH.Syndrome), MSN: wp.AETH.MSN, Orig: wp.AtomicAck, Imm: wp.Imm, Payload: wp.Payload}
+	if rc.HasAtomicETH(op) {
+		p.VA, p.RKey, p.SwapAdd, p.Compare = wp.AtomicETH.VA, wp.AtomicETH.RKey, wp.AtomicETH.SwapAdd, wp.AtomicETH.Compare
+	} else {
+		p.VA, p.RKey, p.DMALen = wp.RETH.VA, wp.RETH.RKey, wp.RETH.DMALen
+	}
+}
+
+// The rc.Host methods below run in the device loop.
+
+func (q *qpDriver) work(id uint64) *verbs.SendWork { return &q.works[id%uint64(len(q.works))] }
+
+func (q *qpDriver) Payload(id uint64, off uint32, dst []byte) bool {
+	return q.work(id).Gather(uint64(off), dst)
+}
+
+func (q *qpDriver) ReadResponse(id uint64, off uint32, src []byte) bool {
+	return q.work(id).Scatter(uint64(off), src)
+}
+
+func (q *qpDriver) AtomicResult(id uint64, orig uint64) bool { return q.work(id).AtomicResult(orig) }
+
+func (q *qpDriver) SendComplete(id uint64, st rc.Status, n uint32) {
+	if st != rc.Success {
+		// Fatal follows at once with the cause; complete then.
+		q.errPending, q.errSSN, q.errSt = true, id, st
+		return
+	}
+	q.qp.CompleteSend(id, verbs.WCSuccess, n, nil)
+	q.work(id).Release()
+}
+
+func (q *qpDriver) Fatal(cause error) {
+	q.dropAfter = true
+	if q.errPending {
+		q.errPending = false
+		q.qp.CompleteSend(q.errSSN, verbs.WCStatus(q.errSt), 0, cause)
+		return
+	}
+	ev := verbs.EventQPFatal
+	switch {
+	case errors.Is(cause, rc.ErrRemoteAccess):
+		ev = verbs.EventQPAccessErr
+	case errors.Is(cause, rc.ErrInvalidRequest):
+		ev = verbs.EventQPReqErr
+	}
+	q.qp.Fail(cause, ev, true)
+}
+
+func (q *qpDriver) RecvBegin() bool {
+	rsn, ok := q.qp.RecvBegin()
+	q.rsn = rsn
+	return ok
+}
+
+func (q *qpDriver) RecvPlace(off uint32, src []byte) rc.Status {
+	switch q.qp.RecvPlace(q.rsn, uint64(off), src) {
+	case verbs.WCSuccess:
+		return rc.Success
+	case verbs.WCLocLenErr:
+		return rc.LocLenErr
+	}
+	return rc.LocProtErr
+}
+
+func (q *qpDriver) RecvComplete(st rc.Status, n uint32, imm uint32, hasImm, write bool) {
+	if !q.qp.RecvComplete(q.rsn, verbs.WCStatus(st), n, imm, hasImm, write, q.destQPN) {
+		q.qp.Fail(fmt.Errorf("qp %#x: recv cq overflowed; a receive completion was lost", q.qp.Num()), verbs.EventQPFatal, true)
+	}
+}
+
+func (q *qpDriver) RemoteCheck(rkey uint32, va uint64, n uint32, need rc.Access) rc.Status {
+	if q.qp.PD().RemoteCheck(rkey, va, uint64(n), verbs.Access(need)) != nil {
+		return rc.RemAccessErr
+	}
+	return rc.Success
+}
+
+func (q *qpDriver) RemoteWrite(rkey uint32, va uint64, src []byte) bool {
+	return q.qp.PD().RemoteWrite(rkey, va, src)
+}
+
+func (q *qpDriver) RemoteRead(rkey uint32, va uint64, dst []byte) bool {
+	return q.qp.PD().RemoteRead(rkey, va, dst)
+}
+
+func (q *qpDriver) RemoteAtomic(rkey uint32, va uint64, op rc.Op, cmp, swap uint64) (uint64, bool) {
+	vop := verbs.WRAtomicFetchAndAdd
+	if op == rc.OpCmpSwap {
+		vop = verbs.WRAtomicCmpAndSwp
+	}
+	return q.qp.PD().RemoteAtomic(rkey, va, vop, cmp, swap)
+}

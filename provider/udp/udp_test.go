@@ -1,0 +1,51 @@
+package udp_test
+
+import (
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/ibex-rdma/ibex/provider/udp"
+	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/verbs/verbstest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var devSeq atomic.Uint32
+
+// newDevices registers two devices on distinct loopback addresses (all of
+// 127/8 is loopback), as two hosts would be.
+func newDevices(t testing.TB) (string, string) {
+	t.Helper()
+	n := devSeq.Add(1)
+	a, b := fmt.Sprintf("udptest%da", n), fmt.Sprintf("udptest%db", n)
+	if err := udp.AddDevice(a, netip.MustParseAddrPort(fmt.Sprintf("127.0.%d.1:4791", n))); err != nil {
+		t.Fatal(err)
+	}
+	if err := udp.AddDevice(b, netip.MustParseAddrPort(fmt.Sprintf("127.0.%d.2:4791", n))); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+func open(t testing.TB, name string) *verbs.Context {
+	t.Helper()
+	c, err := verbs.Open("udp/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestConformance runs the verbs suite with the two ends on two devices,
+// every packet crossing the kernel's UDP stack.
+func TestConformance(t *testing.T) {
+	a, b := newDevices(t)
+	verbstest.Run(t, verbstest.Config{
+		Open: func(t testing.TB) (x, y *verbs.Context) { return open(t, a), open(t, b) },
+	})
+}
