@@ -19,22 +19,10 @@ import (
 // skip elsewhere.
 func sharedDir(t testing.TB) string {
 	t.Helper()
-	if d := os.Getenv("IBEX_SHARED"); d != "" {
+	if d := findShared(); d != "" {
 		return d
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		c := filepath.Join(d, "shared")
-		if st, err := os.Stat(filepath.Join(c, "testdata", "rxe-pcaps")); err == nil && st.IsDir() {
-			return c
-		}
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
+	wd, _ := os.Getwd()
 	msg := "shared/testdata/rxe-pcaps not found in any parent of " + wd + "; set IBEX_SHARED to the shared folder"
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)

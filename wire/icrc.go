@@ -80,15 +80,23 @@ func splitIP(ip []byte) (hdr, udp []byte, err error) {
 }
 
 // icrcIP computes the ICRC from a real IP header and a UDP datagram of at
-// least 8+12+4 bytes, the last 4 being the ICRC field.
+// least 8+12+4 bytes, the last 4 being the ICRC field. Rather than hash a
+// masked copy, it hashes the real bytes and XORs in, per masked field, the
+// difference its all-ones value would have made.
 func icrcIP(ipHdr, udp []byte) uint32 {
-	var buf [ipv6HeaderLen + udpHeaderLen + BTHLen]byte
-	n := copy(buf[:], ipHdr)
-	n += copy(buf[n:], udp[:udpHeaderLen+BTHLen])
-	maskVariant(buf[:n], len(ipHdr) == ipv6HeaderLen)
-	buf[n-BTHLen+4] = 0xff // BTH FECN, BECN, resv6a
-	s := crc32.Update(crcFF, crc32.IEEETable, buf[:n])
-	return crc32.Update(s, crc32.IEEETable, udp[udpHeaderLen+BTHLen:len(udp)-ICRCLen])
+	s := crc32.Update(crcFF, crc32.IEEETable, ipHdr)
+	s = crc32.Update(s, crc32.IEEETable, udp[:udpHeaderLen+5]) // through BTH byte 4
+	udpSum := ^binary.BigEndian.Uint16(udp[6:])
+	if len(ipHdr) == ipv6HeaderLen {
+		t := &frameTables.v6
+		s ^= t.vtf[0][^ipHdr[0]&0x0f] ^ t.vtf[1][^ipHdr[1]] ^ t.vtf[2][^ipHdr[2]] ^ t.vtf[3][^ipHdr[3]] ^
+			t.hopLimit[^ipHdr[7]] ^ t.udpSum.at(udpSum) ^ t.bth4[^udp[udpHeaderLen+4]]
+	} else {
+		t := &frameTables.v4
+		s ^= t.tos[^ipHdr[1]] ^ t.ttl[^ipHdr[8]] ^ t.ipSum.at(^binary.BigEndian.Uint16(ipHdr[10:])) ^
+			t.udpSum.at(udpSum) ^ t.bth4[^udp[udpHeaderLen+4]]
+	}
+	return crc32.Update(s, crc32.IEEETable, udp[udpHeaderLen+5:len(udp)-ICRCLen])
 }
 
 // maskVariant sets the fields the ICRC does not cover to all ones in b, a
@@ -105,6 +113,17 @@ func maskVariant(b []byte, v6 bool) {
 	}
 	u := ipHeaderLen(v6)
 	b[u+6], b[u+7] = 0xff, 0xff // UDP checksum
+}
+
+// crcSmall is crc32.Update for a few bytes, byte by byte. Unlike
+// crc32.Update, which calls through a function variable, it does not make
+// its argument escape, so a stack buffer stays on the stack.
+func crcSmall(crc uint32, p []byte) uint32 {
+	crc = ^crc
+	for _, c := range p {
+		crc = crc32.IEEETable[byte(crc)^c] ^ crc>>8
+	}
+	return ^crc
 }
 
 // ICRCPrefix is the ICRC's view of one flow — addresses, ports, IPv4 ID and
@@ -140,7 +159,7 @@ func NewICRCPrefix(e *Encap) (ICRCPrefix, error) {
 	}
 	buf[hl+4], buf[hl+5] = 0, 0 // UDP length
 	return ICRCPrefix{
-		base: crc32.Update(crcFF, crc32.IEEETable, buf[:hl+udpHeaderLen]),
+		base: crcSmall(crcFF, buf[:hl+udpHeaderLen]),
 		id:   e.ID,
 		v6:   v6,
 	}, nil
@@ -165,11 +184,9 @@ func (c *ICRCPrefix) sum(pkt []byte) uint32 {
 
 func (c *ICRCPrefix) sumID(pkt []byte, id uint16) uint32 {
 	s := c.headerState(len(pkt)+ICRCLen, id)
-	var bth [BTHLen]byte
-	copy(bth[:], pkt)
-	bth[4] = 0xff
-	s = crc32.Update(s, crc32.IEEETable, bth[:])
-	return crc32.Update(s, crc32.IEEETable, pkt[BTHLen:])
+	// BTH byte 4 counts as 0xff: correct the state right after it.
+	s = crc32.Update(s, crc32.IEEETable, pkt[:5]) ^ crc32.IEEETable[^pkt[4]]
+	return crc32.Update(s, crc32.IEEETable, pkt[5:])
 }
 
 // Check verifies the ICRC at the end of pkt, an IB packet as DecodeIB takes
@@ -191,41 +208,55 @@ func icrcMismatch(got, want uint32) *Error {
 	return errf("icrc", ErrBadICRC, "got %#08x, want %#08x", uint64(got), uint64(want))
 }
 
-// fieldTable holds the CRC contribution of a 16-bit big-endian header
-// field at a fixed distance from the end of the headers, one table per byte.
-type fieldTable [2][256]uint32
+// byteTable holds the contribution to the CRC state of each value of a
+// byte followed by a fixed number of bytes: the state after hashing the
+// real bytes, XORed with byteTable[d], is the state had the byte been XORed
+// with d. The CRC's linearity makes this exact.
+type byteTable [256]uint32
 
-func (t *fieldTable) at(v uint16) uint32 { return t[0][v>>8] ^ t[1][v&0xff] }
-
-// newFieldTable returns the contributions of a 16-bit field at offset off in
-// a header block of n bytes. The CRC's linearity makes the contribution of a
-// value the XOR of the contributions of its bits, which are computed from
-// the raw CRC register (start 0, no final inversion).
-func newFieldTable(n, off int) (t fieldTable) {
-	buf := make([]byte, n)
-	for byteIdx := range 2 {
-		var bit [8]uint32
-		for i := range 8 {
-			clear(buf)
-			buf[off+byteIdx] = 1 << i
-			bit[i] = ^crc32.Update(^uint32(0), crc32.IEEETable, buf)
+// newByteTable returns the contributions of a byte followed by dist bytes.
+func newByteTable(dist int) (t byteTable) {
+	for v := range t {
+		r := crc32.IEEETable[v] // the raw register after the byte, from 0
+		for range dist {
+			r = crc32.IEEETable[byte(r)] ^ r>>8
 		}
-		for v := 1; v < 256; v++ {
-			low := v & -v
-			i := 0
-			for 1<<i != low {
-				i++
-			}
-			t[byteIdx][v] = t[byteIdx][v&^low] ^ bit[i]
-		}
+		t[v] = r
 	}
 	return t
 }
 
-var prefixTables = struct {
+// fieldTable is byteTable for a 16-bit big-endian field.
+type fieldTable [2]byteTable
+
+func (t *fieldTable) at(v uint16) uint32 { return t[0][v>>8] ^ t[1][v&0xff] }
+
+// newFieldTable returns the contributions of a 16-bit field at offset off
+// in a block of n bytes.
+func newFieldTable(n, off int) fieldTable {
+	return fieldTable{newByteTable(n - off - 1), newByteTable(n - off - 2)}
+}
+
+// prefixTables fold lengths and IDs into ICRCPrefix states: blocks are the
+// IP and UDP headers.
+var prefixTables struct {
 	v4 struct{ totLen, id, udpLen fieldTable }
 	v6 struct{ plen, udpLen fieldTable }
-}{}
+}
+
+// frameTables mask the variant fields for icrcIP: blocks are the IP and UDP
+// headers and the first 5 bytes of the BTH.
+var frameTables struct {
+	v4 struct {
+		tos, ttl, bth4 byteTable
+		ipSum, udpSum  fieldTable
+	}
+	v6 struct {
+		vtf            [4]byteTable // version, traffic class, flow label
+		hopLimit, bth4 byteTable
+		udpSum         fieldTable
+	}
+}
 
 func init() {
 	const n4, n6 = ipv4HeaderLen + udpHeaderLen, ipv6HeaderLen + udpHeaderLen
@@ -234,4 +265,19 @@ func init() {
 	prefixTables.v4.udpLen = newFieldTable(n4, ipv4HeaderLen+4)
 	prefixTables.v6.plen = newFieldTable(n6, 4)
 	prefixTables.v6.udpLen = newFieldTable(n6, ipv6HeaderLen+4)
+
+	const f4, f6 = n4 + 5, n6 + 5
+	v4 := &frameTables.v4
+	v4.tos = newByteTable(f4 - 1 - 1)
+	v4.ttl = newByteTable(f4 - 8 - 1)
+	v4.ipSum = newFieldTable(f4, 10)
+	v4.udpSum = newFieldTable(f4, ipv4HeaderLen+6)
+	v4.bth4 = newByteTable(0)
+	v6 := &frameTables.v6
+	for i := range v6.vtf {
+		v6.vtf[i] = newByteTable(f6 - i - 1)
+	}
+	v6.hopLimit = newByteTable(f6 - 7 - 1)
+	v6.udpSum = newFieldTable(f6, ipv6HeaderLen+6)
+	v6.bth4 = newByteTable(0)
 }

@@ -95,11 +95,11 @@ func (m *gf2) inverse() (inv gf2, ok bool) {
 	return inv, true
 }
 
-// byteTable applies a gf2 with four look-ups instead of up to 32 XORs.
-type byteTable [4][256]uint32
+// gf2Table applies a gf2 with four look-ups instead of up to 32 XORs.
+type gf2Table [4][256]uint32
 
-func newByteTable(m *gf2) (t *byteTable) {
-	t = new(byteTable)
+func newGF2Table(m *gf2) (t *gf2Table) {
+	t = new(gf2Table)
 	for k := range 4 {
 		for v := range 256 {
 			t[k][v] = m.apply(uint32(v) << (8 * k))
@@ -108,14 +108,14 @@ func newByteTable(m *gf2) (t *byteTable) {
 	return t
 }
 
-func (t *byteTable) apply(v uint32) uint32 {
+func (t *gf2Table) apply(v uint32) uint32 {
 	return t[0][v&0xff] ^ t[1][v>>8&0xff] ^ t[2][v>>16&0xff] ^ t[3][v>>24]
 }
 
 // idSolver holds the tables CheckAnyID needs, 68 KiB, built on first use.
 type idSolver struct {
-	unshift [16]*byteTable // [j] undoes the CRC of 2^j zero bytes
-	solve   *byteTable     // low 16 bits: the ID; high 16 bits: 0 iff an ID fits
+	unshift [16]*gf2Table // [j] undoes the CRC of 2^j zero bytes
+	solve   *gf2Table     // low 16 bits: the ID; high 16 bits: 0 iff an ID fits
 }
 
 var idTables = sync.OnceValue(func() *idSolver {
@@ -131,7 +131,7 @@ var idTables = sync.OnceValue(func() *idSolver {
 		panic("wire: CRC shift not invertible")
 	}
 	for j := range s.unshift {
-		s.unshift[j] = newByteTable(&u)
+		s.unshift[j] = newGF2Table(&u)
 		u = u.mul(&u)
 	}
 	// Columns 0–15: the contributions of the ID bits; 16–31: unit vectors
@@ -167,6 +167,6 @@ var idTables = sync.OnceValue(func() *idSolver {
 	if !ok {
 		panic("wire: ID basis not invertible")
 	}
-	s.solve = newByteTable(&inv)
+	s.solve = newGF2Table(&inv)
 	return s
 })
