@@ -3,6 +3,7 @@ package udp_test
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"sync/atomic"
 	"testing"
 
@@ -13,7 +14,16 @@ import (
 	"github.com/ibex-rdma/ibex/verbs/verbstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv("IBEX_NETNS_PEER") == "1" {
+		if err := netnsPeer(); err != nil {
+			fmt.Fprintln(os.Stderr, "netns peer:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 var devSeq atomic.Uint32
 

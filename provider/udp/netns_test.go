@@ -1,0 +1,287 @@
+package udp_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ibex-rdma/ibex/provider/udp"
+	"github.com/ibex-rdma/ibex/verbs"
+)
+
+// The real kernel path: this process and a child in another network
+// namespace, joined by a veth pair whose both ends run tc netem with loss,
+// delay and reordering. 256 MiB go out as RDMA WRITEs and come back as RDMA
+// READs, and must arrive intact.
+
+const netnsSize = 256 << 20
+
+func run(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func TestNetnsLossyWriteRead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the 256 MiB network-namespace transfer takes tens of seconds")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("cannot create network namespaces: the ip command (iproute2) is not installed")
+	}
+	ns := fmt.Sprintf("ibext%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Skipf("cannot create network namespaces here: ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	va, vb := fmt.Sprintf("ibxa%d", os.Getpid()%100000), fmt.Sprintf("ibxb%d", os.Getpid()%100000)
+	sub := 200 + os.Getpid()%50
+	ipA, ipB := fmt.Sprintf("10.%d.77.1", sub), fmt.Sprintf("10.%d.77.2", sub)
+	run(t, "ip", "link", "add", va, "type", "veth", "peer", "name", vb)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", va).Run() })
+	run(t, "ip", "link", "set", vb, "netns", ns)
+	run(t, "ip", "addr", "add", ipA+"/24", "dev", va)
+	run(t, "ip", "link", "set", va, "up")
+	run(t, "ip", "netns", "exec", ns, "ip", "addr", "add", ipB+"/24", "dev", vb)
+	run(t, "ip", "netns", "exec", ns, "ip", "link", "set", vb, "up")
+	run(t, "ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+	impair(t, ns, va, vb)
+
+	// The peer: this test binary again, inside the namespace.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	peer := exec.CommandContext(ctx, "ip", "netns", "exec", ns, os.Args[0])
+	peer.Env = append(os.Environ(), "IBEX_NETNS_PEER=1", "IBEX_UDP_ADDR="+ipB)
+	stdin, _ := peer.StdinPipe()
+	stdout, _ := peer.StdoutPipe()
+	var stderr bytes.Buffer
+	peer.Stderr = &stderr
+	if err := peer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = stdin.Close()
+		_ = peer.Wait()
+	}()
+	lines := bufio.NewScanner(stdout)
+	var remote verbs.ConnInfo
+	for lines.Scan() {
+		if s, ok := strings.CutPrefix(lines.Text(), "CONNINFO "); ok {
+			if err := remote.UnmarshalText([]byte(s)); err != nil {
+				t.Fatalf("peer conn info: %v", err)
+			}
+			break
+		}
+	}
+	if remote.QPN == 0 {
+		t.Fatalf("the peer did not start: %s", stderr.String())
+	}
+
+	name := "netns" + ns
+	if err := udp.AddDevice(name, netip.AddrPortFrom(netip.MustParseAddr(ipA), 0)); err != nil {
+		t.Fatal(err)
+	}
+	e := newBigEnd(t, name, 2*netnsSize)
+	info := e.qp.Info()
+	txt, _ := info.MarshalText()
+	if _, err := fmt.Fprintf(stdin, "%s\n", txt); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.qp.Connect(remote, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := e.ctx.QueryPort(1); p.ActiveMTU != verbs.MTU1024 {
+		t.Errorf("active MTU on a 1500-byte veth: %v, want 1024", p.ActiveMTU)
+	}
+
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	src := e.mr.Bytes()[:netnsSize]
+	for i := 0; i+8 <= len(src); i += 8 {
+		v := rng.Uint64()
+		for k := range 8 {
+			src[i+k] = byte(v >> (8 * k))
+		}
+	}
+	want := sha256.Sum256(src)
+	start := time.Now()
+	e.stream(t, verbs.WRRDMAWrite, 0, remote)
+	wt := time.Since(start)
+	start = time.Now()
+	e.stream(t, verbs.WRRDMARead, netnsSize, remote)
+	rt := time.Since(start)
+	if got := sha256.Sum256(e.mr.Bytes()[netnsSize:]); got != want {
+		t.Fatalf("256 MiB written then read back through a lossy link differ (seed %d)", seed)
+	}
+	pc, _ := udp.Counters(name)
+	st := e.qp.Stats()
+	t.Logf("WRITE 256 MiB in %v (%.0f MB/s), READ back in %v (%.0f MB/s); retries %d; port %+v",
+		wt, netnsSize/wt.Seconds()/1e6, rt, netnsSize/rt.Seconds()/1e6, st.Retries, pc)
+	if pc.PortXmitPkts == 0 || pc.PortRcvPkts == 0 {
+		t.Errorf("port counters did not count the traffic: %+v", pc)
+	}
+}
+
+// impair makes the veth lossy in both directions: tc netem with 1% loss,
+// delay and reordering where the kernel has netem; where it does not (this
+// project's CI kernel is built without CONFIG_NET_SCH_NETEM), 1% random
+// loss with an nftables numgen rule in each namespace, and a tbf rate
+// limit whose queue adds delay. It logs which.
+func impair(t *testing.T, ns, va, vb string) {
+	t.Helper()
+	netem := []string{"netem", "loss", "1%", "delay", "200us", "100us", "reorder", "5%"}
+	out, err := exec.Command("tc", append([]string{"qdisc", "add", "dev", va, "root"}, netem...)...).CombinedOutput()
+	if err == nil {
+		run(t, append([]string{"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", vb, "root"}, netem...)...)
+		t.Logf("impairment: tc netem %s on both ends", strings.Join(netem[1:], " "))
+		return
+	}
+	if !strings.Contains(string(out), "unknown") {
+		t.Fatalf("tc qdisc add netem: %v: %s", err, out)
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("cannot impair the link: the kernel has no netem and the nft command (nftables) is not installed")
+	}
+	tbf := []string{"tbf", "rate", "2gbit", "burst", "256kb", "latency", "2ms"}
+	run(t, append([]string{"tc", "qdisc", "add", "dev", va, "root"}, tbf...)...)
+	run(t, append([]string{"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", vb, "root"}, tbf...)...)
+	for i, pre := range [][]string{nil, {"ip", "netns", "exec", ns}} {
+		table, dev := "ibex_loss_"+ns, []string{va, vb}[i]
+		run(t, append(pre, "nft", "add", "table", "inet", table)...)
+		run(t, append(pre, "nft", "add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; }")...)
+		run(t, append(pre, "nft", "add", "rule", "inet", table, "out", "oifname", dev, "udp", "dport", "4791", "numgen", "random", "mod", "100", "0", "drop")...)
+		if pre == nil {
+			t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "inet", table).Run() })
+		}
+	}
+	t.Logf("impairment: the kernel has no netem (%s); 1%% loss by nftables numgen on both ends, tbf %s; no reordering", strings.TrimSpace(string(out)), strings.Join(tbf[1:], " "))
+}
+
+type bigEnd struct {
+	ctx *verbs.Context
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	mr  *verbs.MR
+}
+
+func newBigEnd(t *testing.T, dev string, size int) *bigEnd {
+	t.Helper()
+	e := &bigEnd{ctx: open(t, dev)}
+	var err error
+	check := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.pd, err = e.ctx.AllocPD()
+	check(err)
+	e.cq, err = e.ctx.CreateCQ(256)
+	check(err)
+	e.mr, err = e.pd.RegMR(make([]byte, size), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	check(err)
+	e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64}})
+	check(err)
+	t.Cleanup(func() {
+		for _, err := range []error{e.qp.Destroy(), e.mr.Dereg(), e.cq.Destroy(), e.pd.Dealloc(), e.ctx.Close()} {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	return e
+}
+
+// stream moves netnsSize bytes in 1 MiB requests, 8 in flight: WRITE from
+// local offset off to the remote region, or READ from it into off.
+func (e *bigEnd) stream(t *testing.T, op verbs.Opcode, off int, r verbs.ConnInfo) {
+	t.Helper()
+	const chunk, depth = 1 << 20, 8
+	wc := make([]verbs.WC, depth)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	inflight, next := 0, 0
+	for next < netnsSize || inflight > 0 {
+		for inflight < depth && next < netnsSize {
+			wr := verbs.SendWR{ID: uint64(next), Opcode: op, Flags: verbs.SendSignaled,
+				SGL:        []verbs.SGE{{Addr: e.mr.Addr() + uint64(off+next), Length: chunk, LKey: e.mr.LKey()}},
+				RemoteAddr: r.Addr + uint64(next), RKey: r.RKey}
+			if err := e.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+				t.Fatal(err)
+			}
+			next += chunk
+			inflight++
+		}
+		n, err := e.cq.PollWait(ctx, wc)
+		if err != nil {
+			t.Fatalf("%v at %d MiB: %v (qp: %v)", op, next>>20, err, e.qp.Err())
+		}
+		for _, c := range wc[:n] {
+			if c.Status != verbs.WCSuccess {
+				t.Fatalf("%v: %v (qp: %v)", op, c, e.qp.Err())
+			}
+		}
+		inflight -= n
+	}
+}
+
+// netnsPeer is the far end of TestNetnsLossyWriteRead: TestMain runs it
+// instead of the tests when IBEX_NETNS_PEER=1, inside the namespace. It
+// prints its conn info, reads the test's, connects, and serves until its
+// stdin closes.
+func netnsPeer() error {
+	c, err := verbs.Open("udp/" + udp.DefaultDevice)
+	if err != nil {
+		return err
+	}
+	pd, err := c.AllocPD()
+	if err != nil {
+		return err
+	}
+	cq, err := c.CreateCQ(64)
+	if err != nil {
+		return err
+	}
+	mr, err := pd.RegMR(make([]byte, netnsSize), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		return err
+	}
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq})
+	if err != nil {
+		return err
+	}
+	info := qp.Info()
+	info.RKey, info.Addr, info.Len = mr.RKey(), mr.Addr(), uint64(mr.Len())
+	txt, _ := info.MarshalText()
+	fmt.Printf("CONNINFO %s\n", txt)
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() {
+		return fmt.Errorf("no conn info on stdin")
+	}
+	var remote verbs.ConnInfo
+	if err := remote.UnmarshalText(in.Bytes()); err != nil {
+		return err
+	}
+	if err := qp.Connect(remote, verbs.ConnectOptions{}); err != nil {
+		return err
+	}
+	for in.Scan() { // serve until the test closes stdin
+	}
+	for _, err := range []error{qp.Destroy(), mr.Dereg(), cq.Destroy(), pd.Dealloc(), c.Close()} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
