@@ -126,7 +126,7 @@ func decodeIP(b []byte, f *Frame) error {
 	if err := DecodeIB(udp[udpHeaderLen:], p); err != nil {
 		return err
 	}
-	if want := icrcIP(hdr, udp); p.ICRC != want {
+	if want := icrcIP(b[:len(hdr)+len(udp)], len(hdr)); p.ICRC != want {
 		return icrcMismatch(p.ICRC, want)
 	}
 	return nil
@@ -176,7 +176,7 @@ func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 		binary.BigEndian.PutUint16(hdr[10:], fold(checksum(0, hdr)))
 	}
 	binary.BigEndian.PutUint16(udp[6:], f.Encap.UDPChecksum)
-	f.Packet.ICRC = icrcIP(hdr, udp)
+	f.Packet.ICRC = icrcIP(fr[ethLen:], ipLen)
 	binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCLen:], f.Packet.ICRC)
 	return dst, nil
 }

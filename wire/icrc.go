@@ -35,7 +35,7 @@ func ICRC(ip []byte) (uint32, error) {
 	if len(udp) < udpHeaderLen+BTHLen+ICRCLen {
 		return 0, truncated("udp", len(udp), udpHeaderLen+BTHLen+ICRCLen)
 	}
-	return icrcIP(hdr, udp), nil
+	return icrcIP(ip[:len(hdr)+len(udp)], len(hdr)), nil
 }
 
 // splitIP returns the IP header and the UDP datagram of ip, checking only
@@ -79,24 +79,26 @@ func splitIP(ip []byte) (hdr, udp []byte, err error) {
 	return nil, nil, errf("ip", ErrNotRoCE, "version %d, want 4 or 6", uint64(ip[0]>>4))
 }
 
-// icrcIP computes the ICRC from a real IP header and a UDP datagram of at
-// least 8+12+4 bytes, the last 4 being the ICRC field. Rather than hash a
-// masked copy, it hashes the real bytes and XORs in, per masked field, the
-// difference its all-ones value would have made.
-func icrcIP(ipHdr, udp []byte) uint32 {
-	s := crc32.Update(crcFF, crc32.IEEETable, ipHdr)
-	s = crc32.Update(s, crc32.IEEETable, udp[:udpHeaderLen+5]) // through BTH byte 4
-	udpSum := ^binary.BigEndian.Uint16(udp[6:])
-	if len(ipHdr) == ipv6HeaderLen {
+// icrcIP computes the ICRC of ip, an IP packet with a header of hl bytes
+// (20 or 40) carrying a UDP datagram of at least 8+12+4 bytes that ends the
+// slice, the last 4 being the ICRC field. Rather than hash a masked copy,
+// it hashes the real bytes and XORs in, per masked field, the difference
+// its all-ones value would have made.
+func icrcIP(ip []byte, hl int) uint32 {
+	const through = udpHeaderLen + 5 // the UDP header and BTH bytes 0–4
+	s := crc32.Update(crcFF, crc32.IEEETable, ip[:hl+through])
+	udpSum := ^binary.BigEndian.Uint16(ip[hl+6:])
+	bth4 := ^ip[hl+udpHeaderLen+4]
+	if hl == ipv6HeaderLen {
 		t := &frameTables.v6
-		s ^= t.vtf[0][^ipHdr[0]&0x0f] ^ t.vtf[1][^ipHdr[1]] ^ t.vtf[2][^ipHdr[2]] ^ t.vtf[3][^ipHdr[3]] ^
-			t.hopLimit[^ipHdr[7]] ^ t.udpSum.at(udpSum) ^ t.bth4[^udp[udpHeaderLen+4]]
+		s ^= t.vtf[0][^ip[0]&0x0f] ^ t.vtf[1][^ip[1]] ^ t.vtf[2][^ip[2]] ^ t.vtf[3][^ip[3]] ^
+			t.hopLimit[^ip[7]] ^ t.udpSum.at(udpSum) ^ t.bth4[bth4]
 	} else {
 		t := &frameTables.v4
-		s ^= t.tos[^ipHdr[1]] ^ t.ttl[^ipHdr[8]] ^ t.ipSum.at(^binary.BigEndian.Uint16(ipHdr[10:])) ^
-			t.udpSum.at(udpSum) ^ t.bth4[^udp[udpHeaderLen+4]]
+		s ^= t.tos[^ip[1]] ^ t.ttl[^ip[8]] ^ t.ipSum.at(^binary.BigEndian.Uint16(ip[10:])) ^
+			t.udpSum.at(udpSum) ^ t.bth4[bth4]
 	}
-	return crc32.Update(s, crc32.IEEETable, udp[udpHeaderLen+5:len(udp)-ICRCLen])
+	return crc32.Update(s, crc32.IEEETable, ip[hl+through:len(ip)-ICRCLen])
 }
 
 // maskVariant sets the fields the ICRC does not cover to all ones in b, a
@@ -185,7 +187,7 @@ func (c *ICRCPrefix) sum(pkt []byte) uint32 {
 func (c *ICRCPrefix) sumID(pkt []byte, id uint16) uint32 {
 	s := c.headerState(len(pkt)+ICRCLen, id)
 	// BTH byte 4 counts as 0xff: correct the state right after it.
-	s = crc32.Update(s, crc32.IEEETable, pkt[:5]) ^ crc32.IEEETable[^pkt[4]]
+	s = crcSmall(s, pkt[:5]) ^ crc32.IEEETable[^pkt[4]]
 	return crc32.Update(s, crc32.IEEETable, pkt[5:])
 }
 

@@ -7,9 +7,9 @@ import (
 )
 
 // MaxIBLen is the largest IB transport packet (BTH through ICRC) an IPv4
-// datagram can carry, rounded down to the 4-byte multiple every IB packet
-// is; the encoders apply it to IPv6 too.
-const MaxIBLen = (65535 - ipv4HeaderLen - udpHeaderLen) &^ 3
+// datagram can carry, 65535 − 20 − 8 rounded down to the multiple of 4
+// every IB packet is; the encoders apply it to IPv6 too.
+const MaxIBLen = 65504
 
 // Packet is one decoded IB transport packet: the BTH, the extension headers
 // its opcode carries (Opcode.Mask says which; the others are zero), the

@@ -4,7 +4,7 @@ package wire
 // ±2^23 around the reference, as rxe's psn_compare does.
 
 // PSNMask keeps the low 24 bits of a PSN.
-const PSNMask = mask24
+const PSNMask = 1<<24 - 1
 
 // PSNAdd returns psn + n modulo 2^24; n may be negative.
 func PSNAdd(psn uint32, n int) uint32 {
