@@ -175,7 +175,7 @@ func (qp *QP) CompleteSend(ssn uint64, st WCStatus, byteLen uint32, cause error)
 	}
 	qp.sq.pop()
 	qp.sq.issued--
-	qp.sends.Add(1)
+	qp.ctr.sends.Add(1)
 	from := qp.state
 	entered := failCause != nil && qp.enterErrLocked(failCause)
 	qp.mu.Unlock()
@@ -262,7 +262,7 @@ func (qp *QP) RecvComplete(rsn uint64, st WCStatus, byteLen uint32, imm uint32, 
 		wc.Flags, wc.Imm = WCWithImm, imm
 	}
 	qp.rq.pop()
-	qp.recvs.Add(1)
+	qp.ctr.recvs.Add(1)
 	ok := qp.recvCQ.push(&wc)
 	qp.mu.Unlock()
 	qp.respMu.Unlock()

@@ -239,3 +239,28 @@ func (e AsyncEvent) String() string {
 		return fmt.Sprintf("%v on port %d", e.Type, e.Port)
 	}
 }
+
+// PortCounter is one named port counter, with the InfiniBand name where
+// one exists (PortXmitData, PortRcvPkts, ...).
+type PortCounter struct {
+	Name  string
+	Value uint64
+}
+
+// PortCounterReader is implemented by drivers that keep port counters.
+type PortCounterReader interface {
+	PortCounters(port uint8) []PortCounter
+}
+
+// PortCounters returns the port's counters, or ErrUnsupported when the
+// provider keeps none (loopback moves no packets).
+func (c *Context) PortCounters(port uint8) ([]PortCounter, error) {
+	r, ok := c.drv.(PortCounterReader)
+	if !ok {
+		return nil, errorf(ErrUnsupported, "port counters: provider %s keeps none", c.provider)
+	}
+	if port < 1 || port > c.attr.PhysPortCnt {
+		return nil, errorf(ErrInvalidArgument, "port counters: port %d: device %s has ports 1..%d", port, c.name, c.attr.PhysPortCnt)
+	}
+	return r.PortCounters(port), nil
+}

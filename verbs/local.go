@@ -204,7 +204,7 @@ func (resp *QP) completeRecv(r *RecvWQE, status WCStatus, w *SendWQE, req *QP) b
 	}
 	resp.mu.Lock()
 	resp.rq.pop()
-	resp.recvs.Add(1)
+	resp.ctr.recvs.Add(1)
 	ok := resp.recvCQ.push(&wc)
 	resp.mu.Unlock()
 	return ok

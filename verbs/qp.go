@@ -74,7 +74,7 @@ type QP struct {
 	dead    atomic.Bool   // destroyed
 
 	// Counters, readable with Stats.
-	sends, recvs, rnrNaks, retries atomic.Uint64
+	ctr qpCounters
 }
 
 var qpnCounter atomic.Uint32
@@ -398,18 +398,49 @@ type QPStats struct {
 	Recvs   uint64 // receive WQEs consumed by incoming messages
 	RNRNaks uint64 // RNR NAKs received as requester
 	Retries uint64 // timeouts retried as requester
+
+	// Kept by network transports (zero on loopback).
+	PktsSent, PktsRecv       uint64
+	Retransmits              uint64 // packets sent again (go-back-N)
+	SeqNaksSent, SeqNaksRecv uint64 // PSN sequence error NAKs
+	RNRNaksSent              uint64
+	ErrNaksSent, ErrNaksRecv uint64 // invalid request, remote access, remote operational
+	Duplicates               uint64 // duplicate requests received
+	OutOfSequence            uint64 // requests beyond the expected PSN
 }
 
-// AddStats adds a transport's counts (RNR NAKs and retries seen by its
-// protocol engine) to the QP's counters.
+type qpCounters struct {
+	sends, recvs, rnrNaks, retries                                   atomic.Uint64
+	pktsSent, pktsRecv, retransmits, seqNaksSent, seqNaksRecv        atomic.Uint64
+	rnrNaksSent, errNaksSent, errNaksRecv, duplicates, outOfSequence atomic.Uint64
+}
+
+// AddStats adds a transport's counts (what its protocol engine saw) to the
+// QP's counters.
 func (qp *QP) AddStats(d QPStats) {
-	qp.rnrNaks.Add(d.RNRNaks)
-	qp.retries.Add(d.Retries)
+	c := &qp.ctr
+	c.rnrNaks.Add(d.RNRNaks)
+	c.retries.Add(d.Retries)
+	c.pktsSent.Add(d.PktsSent)
+	c.pktsRecv.Add(d.PktsRecv)
+	c.retransmits.Add(d.Retransmits)
+	c.seqNaksSent.Add(d.SeqNaksSent)
+	c.seqNaksRecv.Add(d.SeqNaksRecv)
+	c.rnrNaksSent.Add(d.RNRNaksSent)
+	c.errNaksSent.Add(d.ErrNaksSent)
+	c.errNaksRecv.Add(d.ErrNaksRecv)
+	c.duplicates.Add(d.Duplicates)
+	c.outOfSequence.Add(d.OutOfSequence)
 }
 
 // Stats returns the QP's counters.
 func (qp *QP) Stats() QPStats {
-	return QPStats{Sends: qp.sends.Load(), Recvs: qp.recvs.Load(), RNRNaks: qp.rnrNaks.Load(), Retries: qp.retries.Load()}
+	c := &qp.ctr
+	return QPStats{Sends: c.sends.Load(), Recvs: c.recvs.Load(), RNRNaks: c.rnrNaks.Load(), Retries: c.retries.Load(),
+		PktsSent: c.pktsSent.Load(), PktsRecv: c.pktsRecv.Load(), Retransmits: c.retransmits.Load(),
+		SeqNaksSent: c.seqNaksSent.Load(), SeqNaksRecv: c.seqNaksRecv.Load(), RNRNaksSent: c.rnrNaksSent.Load(),
+		ErrNaksSent: c.errNaksSent.Load(), ErrNaksRecv: c.errNaksRecv.Load(), Duplicates: c.duplicates.Load(),
+		OutOfSequence: c.outOfSequence.Load()}
 }
 
 // DestQPN is the connected peer's QP number (0 before RTR).

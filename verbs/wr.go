@@ -395,7 +395,7 @@ func (qp *QP) progressLocked() {
 		var failCause error
 		switch out.Kind {
 		case RNR:
-			qp.rnrNaks.Add(1)
+			qp.ctr.rnrNaks.Add(1)
 			if qp.attr.RNRRetry != 7 {
 				if w.rnrLeft == 0 {
 					out = Outcome{Status: WCRNRRetryExcErr, Cause: fmt.Errorf("wr %#x %v: receiver not ready after %d RNR retries", w.id, w.op, qp.attr.RNRRetry)}
@@ -411,7 +411,7 @@ func (qp *QP) progressLocked() {
 					w.id, w.op, qp.attr.DestQPN, qp.attr.RetryCnt, AckTimeout(qp.attr.Timeout))}
 				break
 			}
-			qp.retries.Add(1)
+			qp.ctr.retries.Add(1)
 			w.retryLeft--
 			if t := AckTimeout(qp.attr.Timeout); t > 0 {
 				w.notBefore = time.Now().Add(t)
@@ -422,7 +422,7 @@ func (qp *QP) progressLocked() {
 		}
 		wc := WC{WRID: w.id, Status: out.Status, Opcode: w.op.wcOpcode(), ByteLen: out.ByteLen, QPNum: qp.num}
 		qp.sq.pop()
-		qp.sends.Add(1)
+		qp.ctr.sends.Add(1)
 		if out.Status != WCSuccess {
 			failCause = fmt.Errorf("qp %#x: wr %#x %v completed with %v", qp.num, wc.WRID, w.op, out.Status)
 			if out.Cause != nil {
@@ -467,7 +467,7 @@ func (qp *QP) flushSQLocked() {
 		w := qp.sq.at(0)
 		wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: w.op.wcOpcode(), QPNum: qp.num}
 		qp.sq.pop()
-		qp.sends.Add(1)
+		qp.ctr.sends.Add(1)
 		qp.sendCQ.push(&wc)
 	}
 }

@@ -204,6 +204,19 @@ func runDemo(ctx context.Context, w io.Writer, opt demoOptions) (err error) {
 			out.printf("       %s\n", l)
 		}
 	}
+	for _, e := range []*end{d.client, d.server} {
+		st := e.qp.Stats()
+		out.printf("%s qp %#x counters: sends %d recvs %d pkts_sent %d pkts_recv %d retransmits %d rnr_naks_recv %d rnr_naks_sent %d seq_naks_sent %d err_naks_sent %d err_naks_recv %d duplicates %d out_of_sequence %d\n",
+			e.name, e.qp.Num(), st.Sends, st.Recvs, st.PktsSent, st.PktsRecv, st.Retransmits, st.RNRNaks, st.RNRNaksSent,
+			st.SeqNaksSent, st.ErrNaksSent, st.ErrNaksRecv, st.Duplicates, st.OutOfSequence)
+	}
+	if pcs, err := d.client.ctx.PortCounters(1); err == nil {
+		out.printf("port 1 counters:")
+		for _, c := range pcs {
+			out.printf(" %s %d", c.Name, c.Value)
+		}
+		out.printf("\n")
+	}
 	out.printf("all %d steps passed; destroying QPs, CQs, MRs, PDs and closing both contexts\n", len(steps))
 	return out.err
 }

@@ -113,8 +113,16 @@ func (q *qpDriver) syncStats() {
 	if q.eng == nil {
 		return
 	}
-	st := q.eng.Stats()
-	q.qp.AddStats(verbs.QPStats{RNRNaks: st.RNRNaksRecv - q.seen.RNRNaksRecv, Retries: st.Retries - q.seen.Retries})
+	st, o := q.eng.Stats(), &q.seen
+	if st == *o {
+		return
+	}
+	q.qp.AddStats(verbs.QPStats{RNRNaks: st.RNRNaksRecv - o.RNRNaksRecv, Retries: st.Retries - o.Retries,
+		PktsSent: st.PktsSent - o.PktsSent, PktsRecv: st.PktsRecv - o.PktsRecv, Retransmits: st.Retransmits - o.Retransmits,
+		SeqNaksSent: st.SeqNaksSent - o.SeqNaksSent, SeqNaksRecv: st.SeqNaksRecv - o.SeqNaksRecv,
+		RNRNaksSent: st.RNRNaksSent - o.RNRNaksSent, ErrNaksSent: st.ErrNaksSent - o.ErrNaksSent,
+		ErrNaksRecv: st.ErrNaksRecv - o.ErrNaksRecv, Duplicates: st.Duplicates - o.Duplicates,
+		OutOfSequence: st.OutOfSequence - o.OutOfSequence})
 	q.seen = st
 }
 

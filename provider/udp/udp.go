@@ -142,3 +142,14 @@ func Counters(device string) (PortCounters, bool) {
 	}
 	return d.counters(), true
 }
+
+// PortCounters implements verbs.PortCounterReader.
+func (drv *driver) PortCounters(port uint8) []verbs.PortCounter {
+	c := drv.dev.counters()
+	return []verbs.PortCounter{
+		{Name: "PortXmitData", Value: c.PortXmitData}, {Name: "PortRcvData", Value: c.PortRcvData},
+		{Name: "PortXmitPkts", Value: c.PortXmitPkts}, {Name: "PortRcvPkts", Value: c.PortRcvPkts},
+		{Name: "PortRcvErrors", Value: c.PortRcvErrors}, {Name: "PortXmitDiscards", Value: c.PortXmitDiscards},
+		{Name: "ICRCErrors", Value: c.ICRCErrors}, {Name: "UnknownQP", Value: c.UnknownQP},
+	}
+}
