@@ -53,16 +53,18 @@
 //   - IPv6: everything covered is known; ICRCPrefix.Check verifies all 32
 //     bits.
 //   - IPv4: the identification is not known. rxe fills it from the kernel's
-//     per-destination counter (it counts up, non-zero); a Linux UDP socket
+//     per-destination counter (non-zero, counting up); a Linux UDP socket
 //     sends 0 when unconnected with DF set, a per-socket counter when
 //     connected. Check verifies all 32 bits when the sender's ID is known
-//     (ibex senders use ID 0). CheckAnyID handles rxe: the ICRC is affine in
-//     the 16 ID bits, so it solves for the ID (table look-ups, no search)
-//     and returns it; that leaves a 16-bit check, so a random corruption
-//     passes with probability 2^-16.
+//     (0 for a sender following the advice below). CheckAnyID handles rxe:
+//     the ICRC is affine in the 16 ID bits, so it solves for the ID (table
+//     look-ups, no search) and returns it; that leaves a 16-bit check, and
+//     a random corruption passes with probability 2^-16. Neither can tell
+//     a sender that cleared DF; its packets fail unless the Encap says so.
 //
 // The UDP checksum is masked, and rxe sends 0 for IPv4 and IPv6 alike and
-// never reads it; the ICRC is RoCE's end-to-end check. A UDP-socket sender
+// never reads it; the ICRC is RoCE's end-to-end check. DecodeFrame does not
+// verify it either: captures are full of checksum-offload partial sums. A UDP-socket sender
 // lets the kernel build the IP header, so it must know the ID the kernel
 // will use: send unconnected with DF (IP_PMTUDISC_DO) and compute the ICRC
 // for ID 0, as the host-built frame in the rxe captures does.

@@ -13,11 +13,14 @@ import (
 // hop limit, the UDP checksum and BTH byte 4 set to all ones, stored
 // little-endian after the pad (rxe_icrc.c; IBA Annex A17.3.3).
 //
-// Two ways to compute it. ICRC hashes a masked copy of a real IP header;
-// DecodeFrame uses it. ICRCPrefix precomputes, per flow, the CRC state after
-// the masked headers with zero lengths and ID, and folds the real lengths
-// (and ID) in with table look-ups, because the CRC is linear: hashing the
-// prefix costs a few XORs per packet instead of 36–56 bytes.
+// Two ways to compute it, both built on the CRC's linearity: the state after
+// hashing some bytes, XORed with a precomputed contribution, is the state
+// after hashing those bytes with a field changed. ICRC (and so DecodeFrame
+// and AppendFrame) hashes the real IP, UDP and BTH bytes and XORs in what
+// all-ones masked fields would have changed, so it never copies the
+// headers. ICRCPrefix precomputes, per flow, the state after the masked
+// headers with zero lengths and ID, and folds each packet's lengths (and ID)
+// in with table look-ups: a few XORs instead of hashing 36–56 bytes.
 
 // crcFF is the CRC state (in crc32.Update's convention) after 8 bytes of
 // 0xff, the "masked LRH" that stands in for the InfiniBand local route header.
@@ -92,12 +95,15 @@ func icrcIP(ip []byte, hl int) uint32 {
 	if hl == ipv6HeaderLen {
 		t := &frameTables.v6
 		s ^= t.vtf[0][^ip[0]&0x0f] ^ t.vtf[1][^ip[1]] ^ t.vtf[2][^ip[2]] ^ t.vtf[3][^ip[3]] ^
-			t.hopLimit[^ip[7]] ^ t.udpSum.at(udpSum) ^ t.bth4[bth4]
+			t.hopLimit[^ip[7]] ^ t.udpSum.at(udpSum)
 	} else {
 		t := &frameTables.v4
 		s ^= t.tos[^ip[1]] ^ t.ttl[^ip[8]] ^ t.ipSum.at(^binary.BigEndian.Uint16(ip[10:])) ^
-			t.udpSum.at(udpSum) ^ t.bth4[bth4]
+			t.udpSum.at(udpSum)
 	}
+	// BTH byte 4 is the last byte hashed: its contributions are the CRC
+	// table itself.
+	s ^= crc32.IEEETable[bth4]
 	return crc32.Update(s, crc32.IEEETable, ip[hl+through:len(ip)-ICRCLen])
 }
 
@@ -208,78 +214,4 @@ func (c *ICRCPrefix) Check(pkt []byte) error {
 
 func icrcMismatch(got, want uint32) *Error {
 	return errf("icrc", ErrBadICRC, "got %#08x, want %#08x", uint64(got), uint64(want))
-}
-
-// byteTable holds the contribution to the CRC state of each value of a
-// byte followed by a fixed number of bytes: the state after hashing the
-// real bytes, XORed with byteTable[d], is the state had the byte been XORed
-// with d. The CRC's linearity makes this exact.
-type byteTable [256]uint32
-
-// newByteTable returns the contributions of a byte followed by dist bytes.
-func newByteTable(dist int) (t byteTable) {
-	for v := range t {
-		r := crc32.IEEETable[v] // the raw register after the byte, from 0
-		for range dist {
-			r = crc32.IEEETable[byte(r)] ^ r>>8
-		}
-		t[v] = r
-	}
-	return t
-}
-
-// fieldTable is byteTable for a 16-bit big-endian field.
-type fieldTable [2]byteTable
-
-func (t *fieldTable) at(v uint16) uint32 { return t[0][v>>8] ^ t[1][v&0xff] }
-
-// newFieldTable returns the contributions of a 16-bit field at offset off
-// in a block of n bytes.
-func newFieldTable(n, off int) fieldTable {
-	return fieldTable{newByteTable(n - off - 1), newByteTable(n - off - 2)}
-}
-
-// prefixTables fold lengths and IDs into ICRCPrefix states: blocks are the
-// IP and UDP headers.
-var prefixTables struct {
-	v4 struct{ totLen, id, udpLen fieldTable }
-	v6 struct{ plen, udpLen fieldTable }
-}
-
-// frameTables mask the variant fields for icrcIP: blocks are the IP and UDP
-// headers and the first 5 bytes of the BTH.
-var frameTables struct {
-	v4 struct {
-		tos, ttl, bth4 byteTable
-		ipSum, udpSum  fieldTable
-	}
-	v6 struct {
-		vtf            [4]byteTable // version, traffic class, flow label
-		hopLimit, bth4 byteTable
-		udpSum         fieldTable
-	}
-}
-
-func init() {
-	const n4, n6 = ipv4HeaderLen + udpHeaderLen, ipv6HeaderLen + udpHeaderLen
-	prefixTables.v4.totLen = newFieldTable(n4, 2)
-	prefixTables.v4.id = newFieldTable(n4, 4)
-	prefixTables.v4.udpLen = newFieldTable(n4, ipv4HeaderLen+4)
-	prefixTables.v6.plen = newFieldTable(n6, 4)
-	prefixTables.v6.udpLen = newFieldTable(n6, ipv6HeaderLen+4)
-
-	const f4, f6 = n4 + 5, n6 + 5
-	v4 := &frameTables.v4
-	v4.tos = newByteTable(f4 - 1 - 1)
-	v4.ttl = newByteTable(f4 - 8 - 1)
-	v4.ipSum = newFieldTable(f4, 10)
-	v4.udpSum = newFieldTable(f4, ipv4HeaderLen+6)
-	v4.bth4 = newByteTable(0)
-	v6 := &frameTables.v6
-	for i := range v6.vtf {
-		v6.vtf[i] = newByteTable(f6 - i - 1)
-	}
-	v6.hopLimit = newByteTable(f6 - 7 - 1)
-	v6.udpSum = newFieldTable(f6, ipv6HeaderLen+6)
-	v6.bth4 = newByteTable(0)
 }
