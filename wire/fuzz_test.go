@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/ibex-rdma/ibex/wire"
@@ -178,16 +179,42 @@ func fixFrame(b []byte) {
 	binary.LittleEndian.PutUint32(ip[end-4:], c)
 }
 
-// findShared is sharedDir without failing or skipping.
+// findShared is sharedDir without failing or skipping. It looks for
+// shared/testdata/rxe-pcaps above the working directory and, for a check
+// run in a temporary clone, above the local repository it was cloned from.
 func findShared() string {
 	if d := os.Getenv("IBEX_SHARED"); d != "" {
 		return d
 	}
 	wd, _ := os.Getwd()
-	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if st, err := os.Stat(filepath.Join(d, "shared", "testdata", "rxe-pcaps")); err == nil && st.IsDir() {
-			return filepath.Join(d, "shared")
+	for _, start := range []string{wd, cloneOrigin(wd)} {
+		for d := start; d != "" && filepath.Dir(d) != d; d = filepath.Dir(d) {
+			if st, err := os.Stat(filepath.Join(d, "shared", "testdata", "rxe-pcaps")); err == nil && st.IsDir() {
+				return filepath.Join(d, "shared")
+			}
 		}
+	}
+	return ""
+}
+
+// cloneOrigin returns the origin URL of the git repository holding dir when
+// it is a local directory, else "".
+func cloneOrigin(dir string) string {
+	for d := dir; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		cfg, err := os.ReadFile(filepath.Join(d, ".git", "config"))
+		if err != nil {
+			continue
+		}
+		inOrigin := false
+		for _, l := range strings.Split(string(cfg), "\n") {
+			l = strings.TrimSpace(l)
+			if strings.HasPrefix(l, "[") {
+				inOrigin = l == `[remote "origin"]`
+			} else if u, ok := strings.CutPrefix(l, "url = "); ok && inOrigin && filepath.IsAbs(u) {
+				return u
+			}
+		}
+		return ""
 	}
 	return ""
 }

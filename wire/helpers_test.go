@@ -13,9 +13,9 @@ import (
 	"github.com/ibex-rdma/ibex/wire/internal/pcap"
 )
 
-// sharedDir finds ../shared (the project's shared reference folder) by
-// walking up from the test's directory, or takes $IBEX_SHARED. Without it
-// the golden tests fail on CI (CI=true), where the folder is guaranteed, and
+// sharedDir returns the project's shared reference folder (../shared from
+// the repository root; see findShared), or $IBEX_SHARED. Without it the
+// golden tests fail on CI (CI=true), where the folder is guaranteed, and
 // skip elsewhere.
 func sharedDir(t testing.TB) string {
 	t.Helper()

@@ -41,7 +41,8 @@ type Packet struct {
 // count. It reads but cannot verify the ICRC, which also covers the IP and
 // UDP headers: verify it with ICRCPrefix.Check or CheckAnyID. Pad bytes and
 // reserved bits are not checked, as in rxe. Checks that need QP state (PSN,
-// P_Key, path MTU, RETH length) belong to the protocol engine.
+// P_Key, path MTU, RETH length) belong to the protocol engine. After an
+// error, p holds what was decoded before it.
 func DecodeIB(b []byte, p *Packet) error {
 	if len(b) < BTHLen+ICRCLen {
 		return truncated("bth", len(b), BTHLen+ICRCLen)
