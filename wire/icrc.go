@@ -187,11 +187,7 @@ func (c *ICRCPrefix) headerState(ibLen int, id uint16) uint32 {
 
 // sum returns the ICRC of pkt, an IB packet without its ICRC field.
 func (c *ICRCPrefix) sum(pkt []byte) uint32 {
-	return c.sumID(pkt, c.id)
-}
-
-func (c *ICRCPrefix) sumID(pkt []byte, id uint16) uint32 {
-	s := c.headerState(len(pkt)+ICRCLen, id)
+	s := c.headerState(len(pkt)+ICRCLen, c.id)
 	// BTH byte 4 counts as 0xff: correct the state right after it.
 	s = crcSmall(s, pkt[:5]) ^ crc32.IEEETable[^pkt[4]]
 	return crc32.Update(s, crc32.IEEETable, pkt[5:])
