@@ -174,20 +174,20 @@ func NewICRCPrefix(e *Encap) (ICRCPrefix, error) {
 }
 
 // headerState returns the CRC state after the headers of a packet whose IB
-// part (BTH through ICRC) is ibLen bytes, with IPv4 ID id.
-func (c *ICRCPrefix) headerState(ibLen int, id uint16) uint32 {
+// part (BTH through ICRC) is ibLen bytes.
+func (c *ICRCPrefix) headerState(ibLen int) uint32 {
 	udpLen := uint16(udpHeaderLen + ibLen)
 	if c.v6 {
 		t := &prefixTables.v6
 		return c.base ^ t.plen.at(udpLen) ^ t.udpLen.at(udpLen)
 	}
 	t := &prefixTables.v4
-	return c.base ^ t.totLen.at(udpLen+ipv4HeaderLen) ^ t.udpLen.at(udpLen) ^ t.id.at(id)
+	return c.base ^ t.totLen.at(udpLen+ipv4HeaderLen) ^ t.udpLen.at(udpLen) ^ t.id.at(c.id)
 }
 
 // sum returns the ICRC of pkt, an IB packet without its ICRC field.
 func (c *ICRCPrefix) sum(pkt []byte) uint32 {
-	s := c.headerState(len(pkt)+ICRCLen, c.id)
+	s := c.headerState(len(pkt) + ICRCLen)
 	// BTH byte 4 counts as 0xff: correct the state right after it.
 	s = crcSmall(s, pkt[:5]) ^ crc32.IEEETable[^pkt[4]]
 	return crc32.Update(s, crc32.IEEETable, pkt[5:])
