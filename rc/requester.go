@@ -37,6 +37,7 @@ type requester struct {
 	rto, srtt, rttvar int64
 	maxRTO            int64 // from the timeout attribute; 0 = no timer
 	deadlineAt        int64
+	budgetAt          int64 // start of the current QP-timeout period without progress
 	rnrUntil          int64
 	retryLeft         uint8
 	rnrLeft           uint8
@@ -213,6 +214,7 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 	}
 	if r.deadlineAt == 0 && r.maxRTO > 0 {
 		r.deadlineAt = now + r.rto
+		r.budgetAt = now
 	}
 	return true
 }
@@ -442,6 +444,7 @@ func (r *requester) retire(now int64, progress bool) {
 	}
 	r.retryLeft, r.rnrLeft = r.c.cfg.RetryCnt, r.c.cfg.RNRRetry
 	r.retrying = false
+	r.budgetAt = now
 	if psnDiff(r.sentEnd, r.una) > 0 && r.maxRTO > 0 {
 		r.deadlineAt = now + r.rto
 	} else {
@@ -618,10 +621,19 @@ func (r *requester) tick(now int64) {
 		return
 	}
 	r.c.st.Timeouts++
-	if r.maxRTO > 0 {
-		r.rto = min(2*r.rto, r.maxRTO)
+	r.rto = min(2*r.rto, r.maxRTO)
+	if now-r.budgetAt >= r.maxRTO {
+		// A whole QP timeout (4.096 µs × 2^timeout) passed without progress:
+		// that is what retry_cnt counts, as on InfiniBand.
+		r.budgetAt = now
+		r.goBack(now, r.una, true)
+		return
 	}
-	r.goBack(now, r.una, true)
+	// The RTT-based timer fired sooner: retransmit at once, free of charge,
+	// so a loss costs a round trip or two rather than the QP timeout.
+	r.retrying, r.retryPSN = true, r.una
+	r.rewind(r.una)
+	r.deadlineAt = now + r.rto
 }
 
 // rnrDelayNS is the IB RNR NAK timer table (IBA table 45), in ns.

@@ -163,19 +163,21 @@ func (qp *QP) CompleteSend(ssn uint64, st WCStatus, byteLen uint32, cause error)
 	}
 	w := qp.sq.at(0)
 	wc := WC{WRID: w.id, Status: st, Opcode: w.op.wcOpcode(), ByteLen: byteLen, QPNum: qp.num}
+	signaled := w.signaled
+	id, op := w.id, w.op
+	qp.sq.pop()
+	qp.sq.issued--
+	qp.ctr.sends.Add(1) // before the completion is visible
 	var failCause error
 	if st != WCSuccess {
-		failCause = fmt.Errorf("qp %#x: wr %#x %v completed with %v", qp.num, w.id, w.op, st)
+		failCause = fmt.Errorf("qp %#x: wr %#x %v completed with %v", qp.num, id, op, st)
 		if cause != nil {
 			failCause = fmt.Errorf("%w: %w", failCause, cause)
 		}
 		qp.sendCQ.push(&wc)
-	} else if w.signaled && !qp.sendCQ.push(&wc) {
+	} else if signaled && !qp.sendCQ.push(&wc) {
 		failCause = fmt.Errorf("send cq overflowed; completion of wr %#x lost", wc.WRID)
 	}
-	qp.sq.pop()
-	qp.sq.issued--
-	qp.ctr.sends.Add(1)
 	from := qp.state
 	entered := failCause != nil && qp.enterErrLocked(failCause)
 	qp.mu.Unlock()

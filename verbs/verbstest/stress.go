@@ -22,8 +22,10 @@ func testRNRFinite(t *testing.T, cfg Config) {
 	wcs := a.wait(2)
 	expectWC(t, wcs[0], 1, verbs.WCRNRRetryExcErr, 0)
 	expectWC(t, wcs[1], 2, verbs.WCWRFlushErr, 0)
-	if got := a.qp.Stats().RNRNaks; got != 4 {
-		t.Fatalf("RNR NAKs seen: %d, want 4 (the first try and 3 retries)", got)
+	// The first try and 3 retries each drew an RNR NAK (a network provider
+	// may see duplicates of one, never fewer).
+	if got := a.qp.Stats().RNRNaks; got < 4 {
+		t.Fatalf("RNR NAKs seen: %d, want at least 4 (the first try and 3 retries)", got)
 	}
 	waitState(t, a.qp, verbs.QPSErr)
 	if b.qp.State() != verbs.QPSRTS {
@@ -42,10 +44,15 @@ func testRNRInfinite(t *testing.T, cfg Config) {
 	fill(a.buf[:32], 7)
 	a.post(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, 32)}},
 		verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.Addr() + 100, RKey: b.mr.RKey()})
-	expectNoWC(t, a.cq, 30*time.Millisecond)
-	if a.qp.Stats().RNRNaks < 8 {
-		t.Fatalf("only %d RNR NAKs in 30 ms at a 10 µs timer", a.qp.Stats().RNRNaks)
+	// More RNR NAKs than any finite rnr_retry allows, and still waiting.
+	deadline := time.Now().Add(waitTimeout)
+	for a.qp.Stats().RNRNaks < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d RNR NAKs after %v", a.qp.Stats().RNRNaks, waitTimeout)
+		}
+		time.Sleep(time.Millisecond)
 	}
+	expectNoWC(t, a.cq, 0)
 	if b.buf[100] != 0 {
 		t.Fatal("the WRITE behind a waiting SEND executed first")
 	}
