@@ -573,6 +573,9 @@ func TestSimulation(t *testing.T) {
 	if testing.Short() {
 		seeds = 200
 	}
+	if raceEnabled && !*flagLong {
+		seeds /= 4
+	}
 	run := func(seed uint64) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		sc := simConfig{seed: seed, nreq: 20 + rng.IntN(60), mtu: 256 << rng.IntN(5), window: 4 + rng.IntN(64),

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rc
+
+const raceEnabled = false
