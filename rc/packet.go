@@ -87,5 +87,5 @@ const psnMask = 1<<24 - 1
 
 func psnAdd(p uint32, n uint32) uint32 { return (p + n) & psnMask }
 
-// psnDiff returns a-b as a signed distance in (-2^23, 2^23].
+// psnDiff returns a-b as a signed distance in [-2^23, 2^23).
 func psnDiff(a, b uint32) int32 { return int32((a-b)<<8) >> 8 }
