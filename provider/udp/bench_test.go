@@ -3,6 +3,7 @@ package udp_test
 import (
 	"context"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,10 +67,37 @@ func pairOf(tb testing.TB, size, depth int) (a, b *end) {
 func waitOne(tb testing.TB, cq *verbs.CQ, wc []verbs.WC) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	waitCtx(tb, ctx, cq, wc)
+}
+
+// waitCtx is waitOne under a context the caller made once: a benchmark's
+// waits then cost no timer and no allocation of their own.
+func waitCtx(tb testing.TB, ctx context.Context, cq *verbs.CQ, wc []verbs.WC) {
 	n, err := cq.PollWait(ctx, wc[:1])
 	if err != nil || n != 1 || wc[0].Status != verbs.WCSuccess {
 		tb.Fatalf("completion: %v %v", wc[0], err)
 	}
+}
+
+// benchContext bounds a whole benchmark.
+func benchContext(b *testing.B) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	b.Cleanup(cancel)
+	return ctx
+}
+
+// cpuTime is the CPU time (user and system) the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process's CPU time per operation since start:
+// both ends and the kernel's work for them; above 1 s/s a run used more
+// than one core.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64((cpuTime()-start).Microseconds())/float64(b.N), "cpu-µs/op")
 }
 
 // BenchmarkWrite1MiB streams 1 MiB RDMA WRITEs over loopback UDP with up
@@ -80,12 +108,15 @@ func BenchmarkWrite1MiB(b *testing.B) {
 	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{{Addr: x.mr.Addr(), Length: size, LKey: x.mr.LKey()}}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
 	wc := make([]verbs.WC, 1)
+	ctx := benchContext(b)
 	b.SetBytes(size)
+	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	inflight := 0
 	for i := 0; i < b.N; i++ {
 		if inflight == depth {
-			waitOne(b, x.cq, wc)
+			waitCtx(b, ctx, x.cq, wc)
 			inflight--
 		}
 		if err := x.qp.PostSend(wr); err != nil {
@@ -94,8 +125,9 @@ func BenchmarkWrite1MiB(b *testing.B) {
 		inflight++
 	}
 	for ; inflight > 0; inflight-- {
-		waitOne(b, x.cq, wc)
+		waitCtx(b, ctx, x.cq, wc)
 	}
+	reportCPU(b, cpu)
 }
 
 // BenchmarkWriteLatency8B ping-pongs 8-byte RDMA WRITE_WITH_IMM between two
@@ -109,6 +141,10 @@ func BenchmarkWriteLatency8B(b *testing.B) {
 	recv := []verbs.RecvWR{{}}
 	wc := make([]verbs.WC, 1)
 	lat := make([]time.Duration, 0, b.N)
+	ctx := benchContext(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
 	for i := 0; i < b.N; i++ {
 		if err := y.qp.PostRecv(recv); err != nil {
 			b.Fatal(err)
@@ -120,13 +156,14 @@ func BenchmarkWriteLatency8B(b *testing.B) {
 		if err := x.qp.PostSend(ping); err != nil {
 			b.Fatal(err)
 		}
-		waitOne(b, y.cq, wc)
+		waitCtx(b, ctx, y.cq, wc)
 		if err := y.qp.PostSend(pong); err != nil {
 			b.Fatal(err)
 		}
-		waitOne(b, x.cq, wc)
+		waitCtx(b, ctx, x.cq, wc)
 		lat = append(lat, time.Since(t0)/2)
 	}
+	reportCPU(b, cpu)
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1000, "µs-half-rtt-median")

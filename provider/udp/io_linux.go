@@ -62,11 +62,12 @@ type txMsg struct {
 
 // sockIO is the loop's side of the socket. Only the loop goroutine uses it.
 type sockIO struct {
-	fd  int // valid until the loop exits: the conn is closed only after
-	raw syscall.RawConn
-	v6  bool // an AF_INET6 socket
-	gso bool // send super-datagrams
-	gro bool // the socket delivers super-datagrams
+	ctrs *counters
+	fd   int // valid until the loop exits: the conn is closed only after
+	raw  syscall.RawConn
+	v6   bool // an AF_INET6 socket
+	gso  bool // send super-datagrams
+	gro  bool // the socket delivers super-datagrams
 
 	// Transmit queue.
 	bufs  [][]byte // txCap buffers of maxDgram bytes; bufs[i] holds datagram i
@@ -101,8 +102,8 @@ func envOff(name string) bool { v := os.Getenv(name); return v == "0" || v == "o
 
 // newSockIO sets the socket up for the loop: UDP_GRO if allowed, and the
 // buffers.
-func newSockIO(raw syscall.RawConn, v6 bool) *sockIO {
-	s := &sockIO{raw: raw, v6: v6, gso: !envOff("IBEX_UDP_GSO")}
+func newSockIO(raw syscall.RawConn, v6 bool, c *counters) *sockIO {
+	s := &sockIO{ctrs: c, raw: raw, v6: v6, gso: !envOff("IBEX_UDP_GSO")}
 	_ = raw.Control(func(fd uintptr) {
 		s.fd = int(fd)
 		if s.gso {
@@ -193,7 +194,8 @@ func (s *sockIO) push(peer netip.AddrPort, b []byte) int {
 }
 
 // flush sends the queue.
-func (s *sockIO) flush(c *counters) {
+func (s *sockIO) flush() {
+	c := s.ctrs
 	if s.nbuf == 0 {
 		return
 	}
@@ -275,13 +277,20 @@ func (s *sockIO) build(i int) {
 }
 
 func (s *sockIO) sent(c *counters, from, to int) {
-	var pkts, bytes uint64
+	var pkts, bytes, super uint64
 	for _, m := range s.msgs[from:to] {
 		pkts += uint64(m.n)
 		bytes += uint64(m.bytes)
+		if m.n > 1 {
+			super++
+		}
 	}
 	c.xmitPkts.Add(pkts)
 	c.xmitData.Add(bytes)
+	c.xmitMsgs.Add(uint64(to - from))
+	if super > 0 {
+		c.xmitSuper.Add(super)
+	}
 }
 
 func (s *sockIO) discard(c *counters, from, to int) {
@@ -293,6 +302,7 @@ func (s *sockIO) discard(c *counters, from, to int) {
 }
 
 func (s *sockIO) sendmmsg(from, to int) (int, syscall.Errno) {
+	s.ctrs.syscalls.Add(1)
 	n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.hdrs[from])), uintptr(to-from), 0, 0, 0)
 	if errno != 0 {
 		return 0, errno
@@ -316,6 +326,7 @@ func (s *sockIO) recv() (int, syscall.Errno) {
 		h.Flags = 0
 	}
 	for {
+		s.ctrs.syscalls.Add(1)
 		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.rhdrs[0])), uintptr(len(s.rhdrs)), unix.MSG_DONTWAIT, 0, 0)
 		switch errno {
 		case 0:
