@@ -96,7 +96,8 @@ type device struct {
 	lastQPN uint32
 	lastQP  *qpDriver
 	touched []*qpDriver
-	held    []heldPkt // acknowledgements of this transmit pass, see hold
+	held    []heldPkt   // acknowledgements of this transmit pass, see hold
+	acks    []*qpDriver // QPs asked for an acknowledgement in the message being delivered
 	scratch []byte
 }
 
@@ -108,7 +109,7 @@ func startDevice(name string, addr netip.AddrPort) (*device, error) {
 	d := &device{name: name, addr: addr, conn: conn, start: time.Now(), ctxs: map[*driver]struct{}{},
 		done: make(chan struct{}), qps: map[uint32]*qpDriver{}, icrc: map[netip.AddrPort]*wire.ICRCPrefix{},
 		idPre: map[netip.AddrPort]*[udpMaxSegs]wire.ICRCPrefix{}, touched: make([]*qpDriver, 0, 256),
-		held: make([]heldPkt, 0, 64), scratch: make([]byte, maxDgram)}
+		held: make([]heldPkt, 0, 64), acks: make([]*qpDriver, 0, 64), scratch: make([]byte, maxDgram)}
 	d.gid = verbs.GID(addr.Addr().As16())
 	d.mtu = pathMTU(addr.Addr())
 	growBuffers(conn)
@@ -315,54 +316,59 @@ func (d *device) arm(next int64) {
 // transmit runs due timers and sends what every engine has to send; it
 // returns the earliest engine deadline (0: none).
 func (d *device) transmit(now int64, pkt *rc.Packet, wp *wire.Packet) (next int64) {
-	s := d.io
 	for i := 0; i < len(d.active); i++ {
-		q := d.active[i]
-		e := q.eng
-		if e == nil {
-			continue
-		}
-		if dl := e.Deadline(); dl != 0 && dl <= now {
-			e.Tick(now)
-		}
-		for {
-			if s.full() {
-				s.flush()
-			}
-			// The engine writes the payload where the datagram will carry
-			// it (after a BTH: most packets have no extension header), so
-			// that encoding does not copy it again.
-			buf := s.bufs[s.nbuf][:0:maxDgram]
-			if !e.Poll(now, pkt, buf[wire.BTHLen:maxDgram]) {
-				break
-			}
-			if !s.reachable(q.peer) {
-				d.ctrs.xmitDiscards.Add(1)
-				continue
-			}
-			if pkt.Opcode == rc.OpcAck || pkt.Opcode == rc.OpcAtomicAck {
-				// Acknowledgements go last, see hold.
-				d.hold(q, pkt, wp)
-				continue
-			}
-			if len(d.held) > 0 && wire.Opcode(pkt.Opcode).Has(wire.MaskResponse) {
-				// A READ response: the QP's earlier acknowledgements first
-				// (responses keep their order), the payload saved meanwhile.
-				pkt.Payload = d.scratch[:copy(d.scratch, pkt.Payload)]
-				d.release(q, wp)
-				buf = s.bufs[s.nbuf][:0:maxDgram]
-			}
-			d.encode(q, pkt, wp, buf)
-		}
-		q.syncStats()
-		q.afterEngine()
-		if dl := e.Deadline(); dl != 0 && (next == 0 || dl < next) {
+		if dl := d.drain(now, d.active[i], pkt, wp); dl != 0 && (next == 0 || dl < next) {
 			next = dl
 		}
 	}
 	d.release(nil, wp)
-	s.flush()
+	d.io.flush()
 	return next
+}
+
+// drain runs q's due timers and queues what its engine has to send; it
+// returns the engine's next deadline.
+func (d *device) drain(now int64, q *qpDriver, pkt *rc.Packet, wp *wire.Packet) int64 {
+	s := d.io
+	e := q.eng
+	if e == nil {
+		return 0
+	}
+	if dl := e.Deadline(); dl != 0 && dl <= now {
+		e.Tick(now)
+	}
+	for {
+		if s.full() {
+			s.flush()
+		}
+		// The engine writes the payload where the datagram will carry it
+		// (after a BTH: most packets have no extension header), so that
+		// encoding does not copy it again.
+		buf := s.bufs[s.nbuf][:0:maxDgram]
+		if !e.Poll(now, pkt, buf[wire.BTHLen:maxDgram]) {
+			break
+		}
+		if !s.reachable(q.peer) {
+			d.ctrs.xmitDiscards.Add(1)
+			continue
+		}
+		if pkt.Opcode == rc.OpcAck || pkt.Opcode == rc.OpcAtomicAck {
+			// Acknowledgements go last, see hold.
+			d.hold(q, pkt, wp)
+			continue
+		}
+		if len(d.held) > 0 && wire.Opcode(pkt.Opcode).Has(wire.MaskResponse) {
+			// A READ response: the QP's earlier acknowledgements first
+			// (responses keep their order), the payload saved meanwhile.
+			pkt.Payload = d.scratch[:copy(d.scratch, pkt.Payload)]
+			d.release(q, wp)
+			buf = s.bufs[s.nbuf][:0:maxDgram]
+		}
+		d.encode(q, pkt, wp, buf)
+	}
+	q.syncStats()
+	q.afterEngine()
+	return e.Deadline()
 }
 
 // heldPkt is an acknowledgement waiting for the end of a transmit pass.
@@ -492,6 +498,19 @@ func (d *device) deliver(n int, pkt *rc.Packet, wp *wire.Packet) {
 			d.receive(now, b[:k], src, pkt, wp)
 			b = b[k:]
 		}
+		if len(d.acks) > 0 && i < n-1 {
+			// Answer requests that asked for it before reading on, so
+			// the sender's window reopens while this batch is processed.
+			// (The answers to the batch's last message wait for the end
+			// of the loop pass: they may share a datagram with a reply.)
+			for _, q := range d.acks {
+				d.drain(now, q, pkt, wp)
+			}
+			d.release(nil, wp)
+			s.flush()
+		}
+		clear(d.acks)
+		d.acks = d.acks[:0]
 	}
 	d.syncTouched()
 	if super > 0 {
@@ -553,6 +572,9 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, pkt *rc.Packet
 		return
 	}
 	fromWire(wp, pkt)
+	if wp.BTH.AckReq && !wp.BTH.Opcode.Has(wire.MaskResponse) && (len(d.acks) == 0 || d.acks[len(d.acks)-1] != q) && len(d.acks) < cap(d.acks) {
+		d.acks = append(d.acks, q)
+	}
 	q.eng.Receive(now, pkt)
 	// The QP's counters follow at once for a response (what a requester
 	// counts: RNR NAKs, error NAKs); for a request, whose counts no

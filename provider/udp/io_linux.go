@@ -106,6 +106,16 @@ func newSockIO(raw syscall.RawConn, v6 bool, c *counters) *sockIO {
 	s := &sockIO{ctrs: c, raw: raw, v6: v6, gso: !envOff("IBEX_UDP_GSO")}
 	_ = raw.Control(func(fd uintptr) {
 		s.fd = int(fd)
+		// Path MTU discovery on: DF set, and IPv4 ID 0 on every datagram
+		// (the segments of a super-datagram 0, 1, 2, ...). The ICRC covers
+		// the ID and the loop computes it for these (wire/doc.go); with
+		// the kernel's default, IP_PMTUDISC_WANT, the ID comes from a
+		// hashed counter and a receiver that checks the real headers
+		// (Linux rxe) drops every packet.
+		_ = unix.SetsockoptInt(s.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		if v6 {
+			_ = unix.SetsockoptInt(s.fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+		}
 		if s.gso {
 			// Kernels before 4.18 do not know the option.
 			if _, err := unix.GetsockoptInt(s.fd, unix.SOL_UDP, unix.UDP_SEGMENT); err != nil {

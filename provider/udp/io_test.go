@@ -3,14 +3,23 @@ package udp
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/wire"
 )
 
 // Tests of the socket I/O (io_linux.go) and the loop's use of it: GSO and
@@ -235,5 +244,406 @@ func TestPingPongSyscalls(t *testing.T) {
 	t.Logf("per round trip: %.2f messages sent, %.2f sendmmsg/recvmmsg calls", m, s)
 	if da.io.gso && da.io.gro && m > 2.5 {
 		t.Errorf("%.2f messages per round trip, want about 2 (acknowledgements in the replies' super-datagrams)", m)
+	}
+}
+
+// TestGSOSegmentICRC checks the ICRC of every segment of a super-datagram
+// against the IPv4 header it travels with, as Linux rxe checks it: the
+// device sends through a TUN interface that offers no offloads, so the
+// kernel segments in software, numbering the segments' IPv4 IDs, and the
+// test reads the packets back from the interface.
+func TestGSOSegmentICRC(t *testing.T) {
+	tun, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Skipf("no TUN device: %v", err)
+	}
+	defer unix.Close(tun)
+	name := fmt.Sprintf("ibxg%d", os.Getpid()%100000)
+	var ifr [unix.IFNAMSIZ + 24]byte
+	copy(ifr[:], name)
+	binary.NativeEndian.PutUint16(ifr[unix.IFNAMSIZ:], unix.IFF_TUN|unix.IFF_NO_PI)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(tun), unix.TUNSETIFF, uintptr(unsafe.Pointer(&ifr[0]))); errno != 0 {
+		t.Skipf("TUNSETIFF: %v", errno)
+	}
+	sub := 100 + os.Getpid()%100
+	local, remote := fmt.Sprintf("10.198.%d.1", sub), fmt.Sprintf("10.198.%d.2", sub)
+	for _, c := range [][]string{{"ip", "addr", "add", local + "/24", "dev", name}, {"ip", "link", "set", name, "up"}} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Skipf("%v: %v: %s", c, err, out)
+		}
+	}
+	dev := fmt.Sprintf("tun%d", ioSeq.Add(1))
+	if err := AddDevice(dev, netip.MustParseAddrPort(local+":4791")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := verbs.Open("udp/" + dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	pd, _ := ctx.AllocPD()
+	defer pd.Dealloc()
+	cq, _ := ctx.CreateCQ(16)
+	defer cq.Destroy()
+	mr, err := pd.RegMR(make([]byte, 64<<10), verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Dereg()
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Destroy()
+	peer := verbs.ConnInfo{QPN: 0x12345, GID: verbs.GID(netip.MustParseAddr("::ffff:" + remote).As16()), MTU: verbs.MTU1024}
+	if err := qp.Connect(peer, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range mr.Bytes() {
+		mr.Bytes()[i] = byte(rng.Uint32())
+	}
+	// No one answers: the window goes out (and again on timeouts).
+	if err := qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{{Addr: mr.Addr(), Length: 60 << 10, LKey: mr.LKey()}},
+		RemoteAddr: 0x1000, RKey: 0x77}}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<16)
+	checked, maxID := 0, 0
+	deadline := time.Now().Add(5 * time.Second)
+	for checked < 40 && time.Now().Before(deadline) {
+		pfd := []unix.PollFd{{Fd: int32(tun), Events: unix.POLLIN}}
+		if n, _ := unix.Poll(pfd, 200); n <= 0 {
+			continue
+		}
+		n, err := unix.Read(tun, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := buf[:n]
+		if n < 28 || ip[0] != 0x45 || ip[9] != unix.IPPROTO_UDP || binary.BigEndian.Uint16(ip[22:]) != wire.UDPPort {
+			continue // not ours (IPv6 router solicitations and the like)
+		}
+		want, err := wire.ICRC(ip)
+		if err != nil {
+			t.Fatalf("packet %d: %v", checked, err)
+		}
+		if got := binary.LittleEndian.Uint32(ip[n-4:]); got != want {
+			t.Errorf("IPv4 ID %d, %d bytes: ICRC %#08x, want %#08x for the real header", binary.BigEndian.Uint16(ip[4:]), n, got, want)
+		}
+		maxID = max(maxID, int(binary.BigEndian.Uint16(ip[4:])))
+		checked++
+	}
+	t.Logf("%d packets checked, IPv4 IDs up to %d", checked, maxID)
+	if checked < 40 {
+		t.Fatalf("only %d packets came out of %s", checked, name)
+	}
+	if d := (&ioEnd{name: dev}).dev(); d.io.gso && maxID == 0 {
+		t.Errorf("GSO on but every packet had IPv4 ID 0: no super-datagram was segmented")
+	}
+}
+
+// TestGSOFallback makes the kernel refuse a super-datagram (EINVAL: more
+// segments than UDP_MAX_SEGMENTS, 64 before Linux 6.10 and 128 since):
+// the queue must turn GSO off and send every datagram on its own, in
+// order.
+func TestGSOFallback(t *testing.T) {
+	tx, _ := udpSocket(t)
+	rx, rxAddr := udpSocket(t)
+	var c counters
+	s := testSockIO(t, tx, &c)
+	if !s.gso {
+		t.Skip("no GSO in this kernel")
+	}
+	// Room for more datagrams than the loop ever queues.
+	const n = 129
+	s.bufs, s.peers = make([][]byte, n), make([]netip.AddrPort, n)
+	s.msgs, s.hdrs = make([]txMsg, 0, n), make([]unix.Mmsghdr, n)
+	s.iovs, s.names, s.ctl = make([]unix.Iovec, n), make([]unix.RawSockaddrInet6, n), make([]byte, n*cmsgU16Space)
+	for i := range n {
+		b := make([]byte, 100)
+		b[0] = byte(i)
+		s.bufs[i], s.peers[i] = b, rxAddr
+	}
+	s.nbuf = n
+	s.msgs = append(s.msgs, txMsg{peer: rxAddr, first: 0, n: n, seg: 100, bytes: 100 * n})
+	s.flush()
+	if s.gso {
+		t.Fatal("GSO still on after the kernel refused a super-datagram")
+	}
+	if c.xmitPkts.Load() != n || c.xmitDiscards.Load() != 0 || c.xmitSuper.Load() != 0 {
+		t.Fatalf("sent %d (%d super-datagrams), discarded %d; want %d sent", c.xmitPkts.Load(), c.xmitSuper.Load(), c.xmitDiscards.Load(), n)
+	}
+	got := make([]byte, 200)
+	for i := range n {
+		_ = rx.SetReadDeadline(time.Now().Add(5 * time.Second))
+		m, err := rx.Read(got)
+		if err != nil || m != 100 || got[0] != byte(i) {
+			t.Fatalf("datagram %d: %d bytes, first %d, %v", i, m, got[0], err)
+		}
+	}
+}
+
+// TestHostileSuperDatagrams sends what a peer must not be able to crash a
+// device with — GSO super-datagrams of garbage (split by GRO into
+// segments of the sender's choosing), datagrams larger than a receive
+// buffer without GRO, empty datagrams — and then checks that the devices
+// still work.
+func TestHostileSuperDatagrams(t *testing.T) {
+	for _, gro := range []bool{true, false} {
+		t.Run(fmt.Sprintf("gro=%v", gro), func(t *testing.T) {
+			env := map[string]string{"IBEX_UDP_GRO": onOff(gro)}
+			a, b := ioPair(t, 1<<20, 16, env, env)
+			db := b.dev()
+			target := net.UDPAddrFromAddrPort(db.addr)
+			atk, _ := udpSocket(t)
+			rng := rand.New(rand.NewPCG(5, 6))
+			before := db.counters()
+			sent := 0
+			send := func(p []byte, seg int) {
+				var oob []byte
+				if seg > 0 {
+					oob = make([]byte, unix.CmsgSpace(2))
+					h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+					h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+					h.SetLen(unix.CmsgLen(2))
+					binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], uint16(seg))
+				}
+				if _, _, err := atk.WriteMsgUDP(p, oob, target); err != nil {
+					t.Logf("send %d bytes seg %d: %v", len(p), seg, err)
+					return
+				}
+				sent++
+			}
+			for range 50 {
+				p := make([]byte, 1+rng.IntN(65000))
+				for i := range p {
+					p[i] = byte(rng.Uint32())
+				}
+				// Some with a plausible BTH: an RC opcode to the device's QP.
+				if len(p) > 12 && rng.IntN(2) == 0 {
+					p[0] = byte(rng.IntN(0x15))
+					binary.BigEndian.PutUint32(p[4:], b.qp.Num())
+				}
+				switch rng.IntN(3) {
+				case 0:
+					send(p, 0) // one datagram, up to 65000 bytes
+				default:
+					send(p, 1+rng.IntN(min(len(p), 4200))) // a super-datagram
+				}
+			}
+			send(nil, 0)
+			send(make([]byte, 65507), 0)
+			// The devices still work, and the garbage was counted.
+			a.run(t, a.write(b, 0, 1<<20))
+			after := db.counters()
+			t.Logf("%d hostile sends: %+v", sent, after)
+			if after.PortRcvErrors+after.UnknownQP-before.PortRcvErrors-before.UnknownQP < uint64(sent) {
+				t.Errorf("%d hostile sends but only %d errors and %d unknown-QP packets counted", sent,
+					after.PortRcvErrors-before.PortRcvErrors, after.UnknownQP-before.UnknownQP)
+			}
+		})
+	}
+}
+
+func udpSocket(t *testing.T) (*net.UDPConn, netip.AddrPort) {
+	t.Helper()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, c.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+func testSockIO(t *testing.T, c *net.UDPConn, ctrs *counters) *sockIO {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newSockIO(raw, false, ctrs)
+}
+
+// TestCoalesce checks how datagrams group into super-datagrams: one size
+// per run, a shorter datagram ends it, at most 64 segments and 65507 bytes,
+// one peer; the index returned is the segment's IPv4 ID.
+func TestCoalesce(t *testing.T) {
+	p1 := netip.MustParseAddrPort("127.0.0.1:4791")
+	p2 := netip.MustParseAddrPort("127.0.0.2:4791")
+	type dg struct {
+		peer netip.AddrPort
+		size int
+	}
+	many := func(n, size int) (out []dg) {
+		for range n {
+			out = append(out, dg{p1, size})
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		in   []dg
+		ids  []int
+		runs []int // datagrams per message
+	}{
+		{"first packet larger", []dg{{p1, 4128}, {p1, 4112}, {p1, 4112}, {p1, 4112}}, []int{0, 1, 0, 1}, []int{2, 2}},
+		{"ack after reply", []dg{{p1, 44}, {p1, 20}}, []int{0, 1}, []int{2}},
+		{"ack before reply", []dg{{p1, 20}, {p1, 44}}, []int{0, 0}, []int{1, 1}},
+		{"peers", []dg{{p1, 100}, {p2, 100}, {p1, 100}}, []int{0, 0, 0}, []int{1, 1, 1}},
+		{"bytes", many(17, 4112), []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0, 1}, []int{15, 2}},
+		{"segments", many(66, 100), nil, []int{64, 2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &sockIO{gso: true, bufs: make([][]byte, txCap), peers: make([]netip.AddrPort, txCap), msgs: make([]txMsg, 0, txCap)}
+			for i := range s.bufs {
+				s.bufs[i] = make([]byte, 0, maxDgram)
+			}
+			for i, d := range tc.in {
+				want := s.join(d.peer, d.size)
+				got := s.push(d.peer, s.bufs[s.nbuf][:d.size])
+				if got != want || tc.ids != nil && got != tc.ids[i] {
+					t.Errorf("datagram %d: id %d, join said %d, want %v", i, got, want, tc.ids)
+				}
+			}
+			var runs []int
+			for _, m := range s.msgs {
+				runs = append(runs, m.n)
+			}
+			if fmt.Sprint(runs) != fmt.Sprint(tc.runs) {
+				t.Errorf("runs %v, want %v", runs, tc.runs)
+			}
+		})
+	}
+}
+
+// TestCmsgAndSockaddr checks the control-message and address helpers,
+// including on malformed input.
+func TestCmsgAndSockaddr(t *testing.T) {
+	if cmsgU16Space != unix.CmsgSpace(2) || cmsgIntSpace != unix.CmsgSpace(4) {
+		t.Fatalf("control buffer sizes %d, %d; want %d, %d", cmsgU16Space, cmsgIntSpace, unix.CmsgSpace(2), unix.CmsgSpace(4))
+	}
+	c := make([]byte, cmsgIntSpace)
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+	h.Level, h.Type = unix.SOL_UDP, unix.UDP_GRO
+	h.SetLen(unix.CmsgLen(4))
+	binary.NativeEndian.PutUint32(c[unix.CmsgLen(0):], 4112)
+	if g := groSize(c); g != 4112 {
+		t.Errorf("groSize = %d, want 4112", g)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 10000 {
+		b := make([]byte, rng.IntN(64))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		if len(b) >= unix.SizeofCmsghdr && rng.IntN(2) == 0 {
+			binary.NativeEndian.PutUint64(b, uint64(rng.IntN(80)))
+		}
+		groSize(b) // must not panic
+	}
+	for _, s := range []string{"127.0.0.1:4791", "10.1.2.3:1", "[::1]:4791", "[fe80::1]:9", "[::ffff:10.0.0.1]:4791"} {
+		a := netip.MustParseAddrPort(s)
+		var sa unix.RawSockaddrInet6
+		v6 := a.Addr().Is6() && !a.Addr().Is4In6()
+		n := putSockaddr(&sa, a, v6)
+		got, ok := getSockaddr(&sa, n)
+		if !ok || got != netip.AddrPortFrom(a.Addr().Unmap(), a.Port()) && got != a {
+			t.Errorf("%v: round trip gave %v, %v", a, got, ok)
+		}
+	}
+	var sa unix.RawSockaddrInet6
+	sa.Family = unix.AF_UNIX
+	if _, ok := getSockaddr(&sa, unix.SizeofSockaddrInet6); ok {
+		t.Error("an AF_UNIX address parsed")
+	}
+	sa.Family = unix.AF_INET6
+	if _, ok := getSockaddr(&sa, 8); ok {
+		t.Error("a truncated AF_INET6 address parsed")
+	}
+}
+
+// TestSockIOAllocs: queuing, sending, receiving and splitting datagrams
+// allocate nothing.
+func TestSockIOAllocs(t *testing.T) {
+	tx, _ := udpSocket(t)
+	rx, rxAddr := udpSocket(t)
+	var c counters
+	s, r := testSockIO(t, tx, &c), testSockIO(t, rx, &c)
+	round := func() {
+		for range 32 {
+			b := s.bufs[s.nbuf][:1000]
+			s.push(rxAddr, b)
+		}
+		s.flush()
+		got := 0
+		for got < 32 {
+			n, errno := r.recv()
+			if errno != 0 && errno != unix.EAGAIN {
+				t.Fatal(errno)
+			}
+			for i := range n {
+				b, _, seg, ok := r.message(i)
+				if !ok {
+					t.Fatal("bad message")
+				}
+				got += (len(b) + seg - 1) / seg
+			}
+		}
+	}
+	round()
+	if a := testing.AllocsPerRun(100, round); a != 0 {
+		t.Errorf("%v allocations per 32 datagrams", a)
+	}
+}
+
+// TestStreamAllocs: 256 KiB WRITEs through two devices allocate nothing,
+// end to end.
+func TestStreamAllocs(t *testing.T) {
+	x, y := ioPair(t, 256<<10, 16, nil, nil)
+	wr := []verbs.SendWR{x.write(y, 0, 256<<10)}
+	wc := make([]verbs.WC, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	op := func() {
+		if err := x.qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := x.cq.PollWait(ctx, wc); err != nil || n != 1 || wc[0].Status != verbs.WCSuccess {
+			t.Fatalf("%v %v", wc[0], err)
+		}
+	}
+	for range 10 {
+		op()
+	}
+	if a := testing.AllocsPerRun(200, op); a != 0 {
+		t.Errorf("%v allocations per 256 KiB WRITE", a)
+	}
+}
+
+// TestIdleLoopSleeps: once the traffic stops, the loops sleep (no
+// polling): the process uses almost no CPU.
+func TestIdleLoopSleeps(t *testing.T) {
+	x, y := ioPair(t, 1<<20, 16, nil, nil)
+	for range 20 {
+		x.run(t, x.write(y, 0, 1<<20))
+	}
+	time.Sleep(20 * time.Millisecond)
+	var ru0, ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	t0 := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	wall := time.Since(t0)
+	t.Logf("idle: %v CPU in %v", cpu, wall)
+	if cpu > wall/20 {
+		t.Errorf("idle devices used %v CPU in %v", cpu, wall)
+	}
+	c := x.dev().ctrs.syscalls.Load() + y.dev().ctrs.syscalls.Load()
+	time.Sleep(100 * time.Millisecond)
+	if d := x.dev().ctrs.syscalls.Load() + y.dev().ctrs.syscalls.Load() - c; d > 2 {
+		t.Errorf("idle loops made %d sendmmsg/recvmmsg calls in 100 ms", d)
 	}
 }
