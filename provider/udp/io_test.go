@@ -647,3 +647,54 @@ func TestIdleLoopSleeps(t *testing.T) {
 		t.Errorf("idle loops made %d sendmmsg/recvmmsg calls in 100 ms", d)
 	}
 }
+
+// TestSockIOv6 sends a run of datagrams between two IPv6 sockets: the
+// AF_INET6 addresses, GSO and GRO.
+func TestSockIOv6(t *testing.T) {
+	mk := func() (*net.UDPConn, netip.AddrPort) {
+		c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+		if err != nil {
+			t.Skipf("no IPv6 loopback: %v", err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c, c.LocalAddr().(*net.UDPAddr).AddrPort()
+	}
+	tx, txAddr := mk()
+	rx, rxAddr := mk()
+	var c counters
+	rawTx, _ := tx.SyscallConn()
+	rawRx, _ := rx.SyscallConn()
+	s, r := newSockIO(rawTx, true, &c), newSockIO(rawRx, true, &c)
+	for i := range 20 {
+		b := s.bufs[s.nbuf][:1000-100*(i/19)] // the last one shorter
+		b[0] = byte(i)
+		s.push(rxAddr, b)
+	}
+	s.flush()
+	if c.xmitPkts.Load() != 20 || s.gso && c.xmitMsgs.Load() != 1 {
+		t.Fatalf("%d datagrams in %d messages", c.xmitPkts.Load(), c.xmitMsgs.Load())
+	}
+	next := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for next < 20 && time.Now().Before(deadline) {
+		n, errno := r.recv()
+		if errno != 0 && errno != unix.EAGAIN {
+			t.Fatal(errno)
+		}
+		for i := range n {
+			b, src, seg, ok := r.message(i)
+			if !ok || src != txAddr {
+				t.Fatalf("message from %v, %v; want %v", src, ok, txAddr)
+			}
+			for ; len(b) > 0; b = b[min(seg, len(b)):] {
+				if b[0] != byte(next) {
+					t.Fatalf("datagram %d: got %d", next, b[0])
+				}
+				next++
+			}
+		}
+	}
+	if next != 20 {
+		t.Fatalf("received %d of 20 datagrams", next)
+	}
+}
