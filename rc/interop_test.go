@@ -36,6 +36,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/internal/shared"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/wire"
 )
@@ -95,22 +96,14 @@ func info(name string) capInfo {
 // on CI (CI=true), where the folder is guaranteed, and skips elsewhere.
 func captureDir(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("IBEX_SHARED"); d != "" {
-		return filepath.Join(d, "testdata", "rxe-pcaps")
-	}
-	wd, _ := os.Getwd()
-	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		p := filepath.Join(d, "shared", "testdata", "rxe-pcaps")
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p
+	dir, why := shared.Captures()
+	if dir == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(why)
 		}
+		t.Skip(why)
 	}
-	msg := "shared/testdata/rxe-pcaps not found in any parent of " + wd + "; set IBEX_SHARED to the shared folder"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return dir
 }
 
 // readPcap is a minimal classic-pcap reader: the 24-byte global header

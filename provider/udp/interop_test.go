@@ -21,11 +21,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/ipv4"
-
+	"github.com/ibex-rdma/ibex/internal/shared"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/wire"
+	"golang.org/x/net/ipv4"
 )
 
 // rxeDir finds shared/testdata/rxe-pcaps: $IBEX_SHARED, or a "shared"
@@ -33,22 +33,14 @@ import (
 // on CI (CI=true), where the folder is guaranteed, and skip elsewhere.
 func rxeDir(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("IBEX_SHARED"); d != "" {
-		return filepath.Join(d, "testdata", "rxe-pcaps")
-	}
-	wd, _ := os.Getwd()
-	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		p := filepath.Join(d, "shared", "testdata", "rxe-pcaps")
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p
+	dir, why := shared.Captures()
+	if dir == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(why)
 		}
+		t.Skip(why)
 	}
-	msg := "shared/testdata/rxe-pcaps not found in any parent of " + wd + "; set IBEX_SHARED to the shared folder"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return dir
 }
 
 // rxeFrame is one captured frame, reduced to what a UDP socket sees.
