@@ -16,7 +16,10 @@
 #
 # Usage: bench/udp-vs-peers.sh            (from anywhere in the repository)
 # Environment: T (peer seconds, 5), COUNT (go test -count, 5), ROUNDS (peer
-# runs, 3), PORT (base port, 15201), GOFLAGS passes through to go test.
+# runs, 3), PORT (base port, 15201); GOFLAGS reaches go test -c, and the
+# provider's switches (IBEX_UDP_GSO=0, IBEX_UDP_GRO=0) the benchmarks.
+# The ibex figures are go test -run XXX -bench 'Write1MiB|WriteLatency8B'
+# -count COUNT ./provider/udp, run as a compiled test binary in slices.
 set -euo pipefail
 
 T=${T:-5}
@@ -82,7 +85,7 @@ for r in $(seq 1 "$ROUNDS"); do
 	echo "$s" >>"$tmp/sock"
 	n=$(( left < per ? left : per ))
 	if [ "$n" -gt 0 ]; then
-		(cd provider/udp && "$tmp/udp.test" -test.run XXX -test.bench 'Write1MiB|WriteLatency8B' -test.count "$n" || true) | tee -a "$tmp/go" | grep "^Benchmark" || true
+		(cd provider/udp && "$tmp/udp.test" -test.run XXX -test.bench 'Write1MiB|WriteLatency8B' -test.count "$n" || true) | tee -a "$tmp/go" | grep -E "^Benchmark|FAIL|_test.go:" || true
 		left=$((left - n))
 	fi
 done
