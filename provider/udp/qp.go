@@ -129,11 +129,11 @@ func (q *qpDriver) syncStats() {
 // afterEngine drops a stopped engine once its output has been sent.
 func (q *qpDriver) afterEngine() {
 	if q.dropAfter && q.eng != nil {
+		// The copies in q.works are not released here: after a RESET an
+		// application goroutine may already be issuing into them. Each is
+		// overwritten by its slot's next request.
 		q.eng = nil
 		q.dropAfter = false
-		for i := range q.works {
-			q.works[i].Release()
-		}
 	}
 }
 
@@ -200,19 +200,24 @@ func (q *qpDriver) ReadResponse(id uint64, off uint32, src []byte) bool {
 func (q *qpDriver) AtomicResult(id uint64, orig uint64) bool { return q.work(id).AtomicResult(orig) }
 
 func (q *qpDriver) SendComplete(id uint64, st rc.Status, n uint32) {
+	q.syncStats() // the counters are current when the completion is seen
 	if st != rc.Success {
 		// Fatal follows at once with the cause; complete then.
 		q.errPending, q.errSSN, q.errSt = true, id, st
 		return
 	}
-	q.qp.CompleteSend(id, verbs.WCSuccess, n, nil)
+	// Release the copy before completing: once verbs retires the request,
+	// an application goroutine may Issue into the same slot.
 	q.work(id).Release()
+	q.qp.CompleteSend(id, verbs.WCSuccess, n, nil)
 }
 
 func (q *qpDriver) Fatal(cause error) {
+	q.syncStats()
 	q.dropAfter = true
 	if q.errPending {
 		q.errPending = false
+		q.work(q.errSSN).Release()
 		q.qp.CompleteSend(q.errSSN, verbs.WCStatus(q.errSt), 0, cause)
 		return
 	}

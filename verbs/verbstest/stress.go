@@ -229,6 +229,11 @@ func testThousandQPs(t *testing.T, cfg Config) {
 	}
 	for _, wc := range waitCQ(t, a.cq, 2*n) {
 		if wc.Status != verbs.WCSuccess {
+			for i := range n {
+				if qa[i].Num() == wc.QPNum {
+					t.Fatalf("send completion %v: %v; requester %+v; responder %v %+v", wc, qa[i].Err(), qa[i].Stats(), qb[i].State(), qb[i].Stats())
+				}
+			}
 			t.Fatalf("send completion %v", wc)
 		}
 	}
