@@ -20,7 +20,6 @@ import (
 )
 
 const (
-	batch    = 64         // datagrams per recvmmsg/sendmmsg
 	maxDgram = 4096 + 128 // largest RoCEv2 datagram we send or accept
 	sockBuf  = 16 << 20   // socket buffers requested (SO_RCVBUFFORCE as root)
 )
@@ -79,11 +78,11 @@ type device struct {
 	ctxs     map[*driver]struct{}
 	pending  atomic.Bool // cmds is not empty
 	sleeping atomic.Bool
-	armed    int64 // the read deadline set (an engine deadline; 0: none; -1: unknown)
 	stop     atomic.Bool
 	done     chan struct{}
 
 	// Owned by the loop goroutine.
+	armed  int64 // the read deadline set (an engine deadline; 0: none; -1: unknown)
 	qps    map[uint32]*qpDriver
 	active []*qpDriver
 	icrc   map[netip.AddrPort]*wire.ICRCPrefix

@@ -21,9 +21,10 @@ import (
 // far as it can — through loopback and veth to the receiving socket — and
 // segments it in software or on the NIC otherwise. Segment i of a
 // super-datagram leaves with IPv4 ID i (the kernel numbers the segments
-// of an ID-0 datagram, measured on Linux 6.18), so the loop computes each
-// datagram's ICRC for the ID it will have: a peer that checks the real
-// headers (Linux rxe) accepts it.
+// of a datagram from its ID, which IP_PMTUDISC_DO makes 0; measured on
+// Linux 6.18 through a TUN device, see TestGSOSegmentICRC), so the loop
+// computes each datagram's ICRC for the ID it will have: a peer that
+// checks the real headers (Linux rxe) accepts it.
 //
 // Receive (GRO, Linux ≥ 5.0): with UDP_GRO set, a read returns a
 // super-datagram whole, with a UDP_GRO control message giving its segment
@@ -39,9 +40,9 @@ import (
 // read deadlines and the wake-up by SetReadDeadline keep working).
 
 const (
-	udpMaxSegs    = 64    // UDP_MAX_SEGMENTS: segments per super-datagram
+	udpMaxSegs    = 64    // segments per super-datagram: UDP_MAX_SEGMENTS of older kernels (6.18 takes 128)
 	udpMaxPayload = 65507 // largest UDP payload over IPv4 (65535-20-8); IPv6 allows 20 more
-	groSlot       = 65536 // receive buffer per message with GRO: a super-datagram is at most 64 KiB
+	groSlot       = 65536 // receive buffer per message with GRO (4 MiB in all): a super-datagram is at most 64 KiB
 	txCap         = 128   // datagrams queued per flush (a window of packets)
 	rxSlots       = 64    // messages per recvmmsg
 	cmsgU16Space  = 24    // unix.CmsgSpace(2) on 64-bit Linux, a control buffer per message

@@ -46,15 +46,17 @@ func (e *ioEnd) dev() *device {
 	return prov.live[e.name]
 }
 
-// ioPair connects a QP on each of two new devices (127.1.n.1 and .2); env
-// is applied while each device starts (the I/O switches are read then).
+// ioPair connects a QP on each of two new devices (127.p.n.1 and .2, p
+// from the process ID so that two test processes rarely collide); env is
+// applied while each device starts (the I/O switches are read then).
 func ioPair(t testing.TB, size, depth int, envA, envB map[string]string) (a, b *ioEnd) {
 	t.Helper()
 	n := ioSeq.Add(1)
 	mk := func(side string, env map[string]string) *ioEnd {
 		e := &ioEnd{name: fmt.Sprintf("io%d%s", n, side)}
 		host := map[string]string{"a": "1", "b": "2"}[side]
-		if err := AddDevice(e.name, netip.MustParseAddrPort(fmt.Sprintf("127.1.%d.%s:4791", n, host))); err != nil {
+		addr := fmt.Sprintf("127.%d.%d.%s:4791", 2+os.Getpid()%250, n, host)
+		if err := AddDevice(e.name, netip.MustParseAddrPort(addr)); err != nil {
 			t.Fatal(err)
 		}
 		for k, v := range env {
@@ -344,7 +346,7 @@ func TestGSOSegmentICRC(t *testing.T) {
 }
 
 // TestGSOFallback makes the kernel refuse a super-datagram (EINVAL: more
-// segments than UDP_MAX_SEGMENTS, 64 before Linux 6.10 and 128 since):
+// segments than UDP_MAX_SEGMENTS: 64 in older kernels, 128 in 6.18):
 // the queue must turn GSO off and send every datagram on its own, in
 // order.
 func TestGSOFallback(t *testing.T) {
