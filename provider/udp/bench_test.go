@@ -36,12 +36,7 @@ func pairOf(tb testing.TB, size, depth int) (a, b *end) {
 		must(err)
 		e.mr, err = e.pd.RegMR(make([]byte, size), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 		must(err)
-		// Twice the depth the benchmarks keep in flight: qpDriver.SendComplete
-		// releases a request's copy after CompleteSend, so with a send queue
-		// exactly as deep as the requests in flight the next post, issued
-		// in between, reuses the slot and loses its MR references (a panic
-		// in SendWork.Gather).
-		e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: 2 * depth, MaxRecvWR: depth}})
+		e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: depth}})
 		must(err)
 		return e
 	}

@@ -80,8 +80,7 @@ func ioPair(t testing.TB, size, depth int, envA, envB map[string]string) (a, b *
 		must(err)
 		e.mr, err = e.pd.RegMR(make([]byte, size), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 		must(err)
-		// Twice the depth kept in flight: see pairOf in bench_test.go.
-		e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: 2 * depth, MaxRecvWR: depth}})
+		e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: depth}})
 		must(err)
 		return e
 	}
