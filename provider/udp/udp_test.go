@@ -31,12 +31,15 @@ var devSeq atomic.Uint32
 // 127/8 is loopback), as two hosts would be.
 func newDevices(t testing.TB) (string, string) {
 	t.Helper()
+	// The second octet comes from the process ID, so test processes that
+	// run at once (go test -p, benchmarks) rarely pick the same addresses.
 	n := devSeq.Add(1)
+	p := 100 + os.Getpid()%150
 	a, b := fmt.Sprintf("udptest%da", n), fmt.Sprintf("udptest%db", n)
-	if err := udp.AddDevice(a, netip.MustParseAddrPort(fmt.Sprintf("127.0.%d.1:4791", n))); err != nil {
+	if err := udp.AddDevice(a, netip.MustParseAddrPort(fmt.Sprintf("127.%d.%d.1:4791", p, n))); err != nil {
 		t.Fatal(err)
 	}
-	if err := udp.AddDevice(b, netip.MustParseAddrPort(fmt.Sprintf("127.0.%d.2:4791", n))); err != nil {
+	if err := udp.AddDevice(b, netip.MustParseAddrPort(fmt.Sprintf("127.%d.%d.2:4791", p, n))); err != nil {
 		t.Fatal(err)
 	}
 	return a, b
