@@ -8,7 +8,7 @@
 //
 // What it implements, following IBA chapter 9 and Linux rxe:
 //   - requester: segmentation into path-MTU packets, 24-bit PSNs, AckReq on
-//     the last packet of a message and every Window/2 packets, a window of
+//     the last packet of a message and every Window/4 packets, a window of
 //     unacknowledged PSNs, max_rd_atomic and fence gating, go-back-N
 //     retransmission on PSN-sequence NAK and on timeout, with the timeout
 //     derived from the measured round trip and bounded by the QP's timeout

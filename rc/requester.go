@@ -165,7 +165,7 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 		}
 		r.off += seg
 		r.psn = psnAdd(r.psn, 1)
-		pkt.AckReq = last || r.sinceAck >= r.c.cfg.Window/2
+		pkt.AckReq = last || r.sinceAck >= r.c.cfg.Window/4
 		lastPkt = last
 	case OpRead:
 		// Requests follow a fixed grid of chunks, so a re-request after a

@@ -52,10 +52,13 @@ func (q *qpDriver) Destroy() { q.dev.post(cmd{kind: cmdDelQP, q: q}) }
 
 // window sizes the send window from the socket's receive buffer, so a
 // window of datagrams fits in the peer's buffer (both ends use the same
-// settings): drops stay the exception.
+// settings): drops stay the exception. The cap of 512 PSNs was measured:
+// 1 MiB WRITEs on loopback go from ~1.2 GB/s at 128 to ~1.75 GB/s at 512,
+// and the lossy network-namespace test is no worse; at 1024 its READs
+// suffer from go-back-N.
 func (q *qpDriver) window(mtu int) int {
 	w := q.dev.rcvBuf() / (mtu + 256) / 2
-	return max(8, min(w, 128))
+	return max(8, min(w, 512))
 }
 
 // state runs in the loop.
