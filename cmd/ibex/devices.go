@@ -149,6 +149,14 @@ func writeDeviceInfo(w io.Writer, device string) error {
 		if p.GIDTblLen > 0 {
 			port("GID[  0]", "%v", p.GID)
 		}
+		// Port counters (IB names where they exist) where the provider keeps them.
+		// A software device's counters live in the process that opened it:
+		// these count what this process has done with the device.
+		if pcs, err := c.PortCounters(uint8(i + 1)); err == nil {
+			for _, pc := range pcs {
+				port(pc.Name, "%d", pc.Value)
+			}
+		}
 	}
 	return ew.err
 }
