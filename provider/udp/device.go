@@ -90,14 +90,17 @@ type device struct {
 
 	// receive's look-ups of the last packet (runs of packets share them),
 	// and the QPs whose counters wait for the end of the batch.
-	lastSrc netip.AddrPort
-	lastPre *wire.ICRCPrefix
-	lastQPN uint32
-	lastQP  *qpDriver
-	touched []*qpDriver
-	held    []heldPkt   // acknowledgements of this transmit pass, see hold
-	acks    []*qpDriver // QPs asked for an acknowledgement in the message being delivered
-	scratch []byte
+	lastSrc   netip.AddrPort
+	lastPre   *wire.ICRCPrefix
+	lastQPN   uint32
+	lastQP    *qpDriver
+	touched   []*qpDriver
+	ready     []*qpDriver // QPs with something new since the last transmit
+	nextTimer int64       // the earliest engine deadline at the last full pass
+	scanAll   bool        // visit every QP in the next transmit
+	held      []heldPkt   // acknowledgements of this transmit pass, see hold
+	acks      []*qpDriver // QPs asked for an acknowledgement in the message being delivered
+	scratch   []byte
 }
 
 func startDevice(name string, addr netip.AddrPort) (*device, error) {
@@ -314,15 +317,42 @@ func (d *device) arm(next int64) {
 
 // transmit runs due timers and sends what every engine has to send; it
 // returns the earliest engine deadline (0: none).
+//
+// Only QPs with something new — a packet received, a request issued, a
+// state change — are visited, unless a timer is due: then every QP is, and
+// the earliest deadline is found again. A pass over a thousand idle QPs
+// would otherwise cost every packet of a busy one.
 func (d *device) transmit(now int64, pkt *rc.Packet, wp *wire.Packet) (next int64) {
-	for i := 0; i < len(d.active); i++ {
-		if dl := d.drain(now, d.active[i], pkt, wp); dl != 0 && (next == 0 || dl < next) {
-			next = dl
+	if d.scanAll || (d.nextTimer != 0 && now >= d.nextTimer) {
+		for i := 0; i < len(d.active); i++ {
+			if dl := d.drain(now, d.active[i], pkt, wp); dl != 0 && (next == 0 || dl < next) {
+				next = dl
+			}
+		}
+		d.nextTimer, d.scanAll = next, false
+	} else {
+		for _, q := range d.ready {
+			if dl := d.drain(now, q, pkt, wp); dl != 0 && (d.nextTimer == 0 || dl < d.nextTimer) {
+				d.nextTimer = dl
+			}
 		}
 	}
+	for i, q := range d.ready {
+		q.ready = false
+		d.ready[i] = nil
+	}
+	d.ready = d.ready[:0]
 	d.release(nil, wp)
 	d.io.flush()
-	return next
+	return d.nextTimer
+}
+
+// markReady puts q on the list transmit visits next.
+func (d *device) markReady(q *qpDriver) {
+	if !q.ready {
+		q.ready = true
+		d.ready = append(d.ready, q)
+	}
 }
 
 // drain runs q's due timers and queues what its engine has to send; it
@@ -575,6 +605,7 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, pkt *rc.Packet
 		d.acks = append(d.acks, q)
 	}
 	q.eng.Receive(now, pkt)
+	d.markReady(q)
 	// The QP's counters follow at once for a response (what a requester
 	// counts: RNR NAKs, error NAKs); for a request, whose counts no
 	// completion waits on, once per batch (syncStats costs a dozen
@@ -631,8 +662,10 @@ func (d *device) apply(c *cmd) {
 		q.eng = nil
 	case cmdIssue:
 		q.issue(c.ssn)
+		d.markReady(q)
 	case cmdState:
 		q.state(d, c.from, c.to, c.attr)
+		d.markReady(q)
 	}
 }
 

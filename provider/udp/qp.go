@@ -31,6 +31,7 @@ type qpDriver struct {
 	errSSN     uint64
 	errSt      rc.Status
 	seen       rc.Stats // engine counters already added to the QP's
+	ready      bool     // on the device's ready list
 }
 
 // Execute is not used: the QP is an Issuer.
