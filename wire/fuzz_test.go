@@ -5,12 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/internal/shared"
 	"github.com/ibex-rdma/ibex/wire"
 	"github.com/ibex-rdma/ibex/wire/internal/pcap"
 )
@@ -179,42 +178,7 @@ func fixFrame(b []byte) {
 	binary.LittleEndian.PutUint32(ip[end-4:], c)
 }
 
-// findShared is sharedDir without failing or skipping. It looks for
-// shared/testdata/rxe-pcaps above the working directory and, for a check
-// run in a temporary clone, above the local repository it was cloned from.
-func findShared() string {
-	if d := os.Getenv("IBEX_SHARED"); d != "" {
-		return d
-	}
-	wd, _ := os.Getwd()
-	for _, start := range []string{wd, cloneOrigin(wd)} {
-		for d := start; d != "" && filepath.Dir(d) != d; d = filepath.Dir(d) {
-			if st, err := os.Stat(filepath.Join(d, "shared", "testdata", "rxe-pcaps")); err == nil && st.IsDir() {
-				return filepath.Join(d, "shared")
-			}
-		}
-	}
-	return ""
-}
-
-// cloneOrigin returns the origin URL of the git repository holding dir when
-// it is a local directory, else "".
-func cloneOrigin(dir string) string {
-	for d := dir; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		cfg, err := os.ReadFile(filepath.Join(d, ".git", "config"))
-		if err != nil {
-			continue
-		}
-		inOrigin := false
-		for _, l := range strings.Split(string(cfg), "\n") {
-			l = strings.TrimSpace(l)
-			if strings.HasPrefix(l, "[") {
-				inOrigin = l == `[remote "origin"]`
-			} else if u, ok := strings.CutPrefix(l, "url = "); ok && inOrigin && filepath.IsAbs(u) {
-				return u
-			}
-		}
-		return ""
-	}
-	return ""
-}
+// findShared is sharedDir without failing or skipping (internal/shared
+// looks above the working directory and above the repository a temporary
+// clone came from).
+func findShared() string { return shared.Dir() }
