@@ -36,6 +36,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/internal/pcap"
 	"github.com/ibex-rdma/ibex/internal/shared"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/wire"
@@ -106,44 +107,20 @@ func captureDir(t *testing.T) string {
 	return dir
 }
 
-// readPcap is a minimal classic-pcap reader: the 24-byte global header
-// (either byte order, micro- or nanosecond magic), then 16-byte record
-// headers each followed by the captured bytes. It returns the frames of an
-// Ethernet (link type 1) capture.
+// readPcap returns the frames of an Ethernet capture.
 func readPcap(path string) ([][]byte, error) {
-	b, err := os.ReadFile(path)
+	f, err := pcap.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) < 24 {
-		return nil, fmt.Errorf("%s: %d bytes, no global header", path, len(b))
+	if f.LinkType != pcap.LinkEthernet {
+		return nil, fmt.Errorf("%s: link type %d, want Ethernet (1)", path, f.LinkType)
 	}
-	var bo binary.ByteOrder
-	switch {
-	case binary.LittleEndian.Uint32(b) == 0xa1b2c3d4 || binary.LittleEndian.Uint32(b) == 0xa1b23c4d:
-		bo = binary.LittleEndian
-	case binary.BigEndian.Uint32(b) == 0xa1b2c3d4 || binary.BigEndian.Uint32(b) == 0xa1b23c4d:
-		bo = binary.BigEndian
-	default:
-		return nil, fmt.Errorf("%s: not a classic pcap file (magic %#08x)", path, binary.LittleEndian.Uint32(b))
+	out := make([][]byte, len(f.Records))
+	for i, r := range f.Records {
+		out[i] = r.Data
 	}
-	if lt := bo.Uint32(b[20:]) & 0x0fffffff; lt != 1 {
-		return nil, fmt.Errorf("%s: link type %d, want Ethernet (1)", path, lt)
-	}
-	var frames [][]byte
-	for off := 24; off < len(b); {
-		if len(b)-off < 16 {
-			return nil, fmt.Errorf("%s: record %d: header truncated", path, len(frames)+1)
-		}
-		n := int(bo.Uint32(b[off+8:]))
-		off += 16
-		if n > len(b)-off {
-			return nil, fmt.Errorf("%s: record %d: %d bytes captured, %d left", path, len(frames)+1, n, len(b)-off)
-		}
-		frames = append(frames, b[off:off+n:off+n])
-		off += n
-	}
-	return frames, nil
+	return out, nil
 }
 
 // frame is one captured RoCEv2 frame.

@@ -9,9 +9,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/internal/pcap"
 	"github.com/ibex-rdma/ibex/internal/shared"
 	"github.com/ibex-rdma/ibex/wire"
-	"github.com/ibex-rdma/ibex/wire/internal/pcap"
 )
 
 // FuzzDecode feeds mutated frames to DecodeFrame, and the same bytes to

@@ -9,8 +9,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/internal/pcap"
 	"github.com/ibex-rdma/ibex/wire"
-	"github.com/ibex-rdma/ibex/wire/internal/pcap"
 )
 
 // sharedDir returns the project's shared reference folder (../shared from

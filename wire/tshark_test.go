@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/internal/pcap"
 	"github.com/ibex-rdma/ibex/wire"
-	"github.com/ibex-rdma/ibex/wire/internal/pcap"
 )
 
 // TestTshark writes one frame per opcode this package encodes — every RC

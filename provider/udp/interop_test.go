@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibex-rdma/ibex/internal/pcap"
 	"github.com/ibex-rdma/ibex/internal/shared"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/verbs"
@@ -56,40 +57,18 @@ type rxeFrame struct {
 
 func (f *rxeFrame) String() string { return fmt.Sprintf("%s frame %d (%v)", f.file, f.no, f.op) }
 
-// readRxePcap is a minimal classic-pcap reader (24-byte global header,
-// 16-byte record headers, Ethernet link type).
+// readRxePcap returns the frames of an Ethernet capture.
 func readRxePcap(path string) ([][]byte, error) {
-	b, err := os.ReadFile(path)
+	f, err := pcap.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) < 24 {
-		return nil, fmt.Errorf("%s: no global header", path)
+	if f.LinkType != pcap.LinkEthernet {
+		return nil, fmt.Errorf("%s: link type %d, want Ethernet (1)", path, f.LinkType)
 	}
-	var bo binary.ByteOrder
-	switch {
-	case binary.LittleEndian.Uint32(b) == 0xa1b2c3d4 || binary.LittleEndian.Uint32(b) == 0xa1b23c4d:
-		bo = binary.LittleEndian
-	case binary.BigEndian.Uint32(b) == 0xa1b2c3d4 || binary.BigEndian.Uint32(b) == 0xa1b23c4d:
-		bo = binary.BigEndian
-	default:
-		return nil, fmt.Errorf("%s: not a classic pcap file", path)
-	}
-	if lt := bo.Uint32(b[20:]) & 0x0fffffff; lt != 1 {
-		return nil, fmt.Errorf("%s: link type %d, want Ethernet (1)", path, lt)
-	}
-	var out [][]byte
-	for off := 24; off < len(b); {
-		if len(b)-off < 16 {
-			return nil, fmt.Errorf("%s: record %d: header truncated", path, len(out)+1)
-		}
-		n := int(bo.Uint32(b[off+8:]))
-		off += 16
-		if n > len(b)-off {
-			return nil, fmt.Errorf("%s: record %d: truncated", path, len(out)+1)
-		}
-		out = append(out, b[off:off+n:off+n])
-		off += n
+	out := make([][]byte, len(f.Records))
+	for i, r := range f.Records {
+		out[i] = r.Data
 	}
 	return out, nil
 }

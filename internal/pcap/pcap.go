@@ -1,5 +1,6 @@
 // Package pcap reads and writes classic libpcap capture files, just enough
-// for wire's golden and tshark tests: both byte orders, microsecond and
+// for the tests that use captures (wire's golden and tshark tests, the rxe
+// interop tests of rc and provider/udp): both byte orders, microsecond and
 // nanosecond timestamps; no pcapng.
 package pcap
 
