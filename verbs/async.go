@@ -24,6 +24,14 @@ type StateNotifier interface {
 	StateChanged(from, to QPState, attr QPAttr)
 }
 
+// RecvNotifier is implemented by a QPDriver that wants to hear about posted
+// receives (to grant its peer credits). RecvPosted is called after a
+// PostRecv that added receives, with no verbs lock held; QP.RecvPosted
+// gives the count.
+type RecvNotifier interface {
+	RecvPosted()
+}
+
 // issueLocked hands new requests to the Issuer while this goroutine holds
 // the send token. Called with qp.mu held; returns with it released.
 func (qp *QP) issueLocked() {
@@ -100,6 +108,41 @@ func (w *SendWQE) CopyTo(s *SendWork) {
 		s.inline = append(s.inline, w.inline[:w.length]...)
 	}
 }
+
+// Slices appends to dst the local memory of the message bytes [off, off+n)
+// and pins the MRs it lies in; Unpin must follow when ok. write asks for
+// memory the transport will write (a READ response): it fails, like a
+// dead MR, when an MR lacks LOCAL_WRITE (LOC_PROT_ERR). A transport uses
+// it to hand the memory to a system call (process_vm_writev) without a
+// bounce copy.
+func (s *SendWork) Slices(off, n uint64, dst [][]byte, write bool) ([][]byte, bool) {
+	if write && !localWritable(s.mrs) {
+		return dst, false
+	}
+	if _, ok := pinAll(s.mrs); !ok {
+		return dst, false
+	}
+	if s.inl {
+		return append(dst, s.inline[off:off+n]), true
+	}
+	c := s.cursorAt(off)
+	for n > 0 {
+		b := c.peek()
+		if len(b) == 0 {
+			break
+		}
+		if uint64(len(b)) > n {
+			b = b[:n]
+		}
+		dst = append(dst, b)
+		n -= uint64(len(b))
+		c.advance(len(b))
+	}
+	return dst, true
+}
+
+// Unpin ends the access started by a successful Slices.
+func (s *SendWork) Unpin() { unpinAll(s.mrs) }
 
 // Release drops the copy's MR references.
 func (s *SendWork) Release() {

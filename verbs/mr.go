@@ -3,6 +3,7 @@ package verbs
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,8 @@ type MR struct {
 	rkey   uint32
 	access Access
 
+	free func() // returns AllocMR memory to the driver, after Dereg
+
 	// pins counts accesses in progress; the top bit marks the MR dead.
 	// Dereg sets the bit and waits for the count to drain, so no access
 	// touches the memory after Dereg returns.
@@ -82,6 +85,55 @@ const mrDead = 1 << 63
 // must not be resized while registered; remote write and remote atomic need
 // local write, as in libibverbs.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	return pd.regMR(buf, access, nil)
+}
+
+// AllocMR allocates n bytes and registers them, the allocate-and-register
+// call. A provider whose peers reach memory without the CPU (shared
+// memory) allocates it where they can map it; others use ordinary Go
+// memory. Dereg frees it: the memory must not be used after Dereg.
+func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
+	if n <= 0 {
+		return nil, errorf(ErrInvalidArgument, "alloc mr: length %d", n)
+	}
+	if uint64(n) > pd.ctx.attr.MaxMRSize {
+		return nil, errorf(ErrInvalidArgument, "alloc mr: length %d exceeds max_mr_size %d", n, pd.ctx.attr.MaxMRSize)
+	}
+	a, ok := pd.ctx.drv.(MemAllocator)
+	if !ok {
+		return pd.regMR(make([]byte, n), access, nil)
+	}
+	buf, free, err := a.AllocMem(n)
+	if err != nil {
+		return nil, fmt.Errorf("alloc mr: %w", err)
+	}
+	mr, err := pd.regMR(buf, access, free)
+	if err != nil {
+		free()
+		return nil, err
+	}
+	return mr, nil
+}
+
+// MemAllocator is implemented by a Driver that allocates memory its peers
+// can map (AllocMR). free releases it; it is called once, after Dereg.
+type MemAllocator interface {
+	AllocMem(n int) (buf []byte, free func(), err error)
+}
+
+// MRDriver is implemented by a Driver that must know every MR of its
+// context, to publish it to peers that access memory without this
+// process's CPU (shared memory).
+type MRDriver interface {
+	// RegMR is called once the keys are assigned, before RegMR returns;
+	// an error fails the registration.
+	RegMR(mr *MR) error
+	// DeregMR is called once the MR is dead (no new local access starts)
+	// and returns only when no access by a peer is in flight.
+	DeregMR(mr *MR)
+}
+
+func (pd *PD) regMR(buf []byte, access Access, free func()) (*MR, error) {
 	c := pd.ctx
 	switch {
 	case len(buf) == 0:
@@ -102,8 +154,17 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		_ = c.count(&c.nmr, -1, 0, "reg mr")
 		return nil, errorf(ErrClosed, "reg mr: pd deallocated")
 	}
-	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
+	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, free: free}
 	keys.insert(mr)
+	if d, ok := c.drv.(MRDriver); ok {
+		if err := d.RegMR(mr); err != nil {
+			mr.pins.Store(mrDead)
+			keys.remove(mr)
+			_ = pd.use(-1, 0)
+			_ = c.count(&c.nmr, -1, 0, "reg mr")
+			return nil, fmt.Errorf("reg mr: %w", err)
+		}
+	}
 	return mr, nil
 }
 
@@ -142,12 +203,18 @@ func (mr *MR) Dereg() error {
 		}
 	}
 	keys.remove(mr)
+	if d, ok := mr.pd.ctx.drv.(MRDriver); ok {
+		d.DeregMR(mr)
+	}
 	for spins := 0; mr.pins.Load() != mrDead; spins++ {
 		if spins < 100 {
 			runtime.Gosched()
 		} else {
 			time.Sleep(20 * time.Microsecond)
 		}
+	}
+	if mr.free != nil {
+		mr.free()
 	}
 	_ = mr.pd.use(-1, 0)
 	return mr.pd.ctx.count(&mr.pd.ctx.nmr, -1, 0, "dereg mr")

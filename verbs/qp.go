@@ -38,18 +38,19 @@ type QPInitAttr struct {
 // QP is a reliable-connection queue pair (ibv_qp). It is safe for concurrent
 // use: PostSend, PostRecv and Modify may be called from any goroutine.
 type QP struct {
-	ctx     *Context
-	pd      *PD
-	num     uint32
-	sendCQ  *CQ
-	recvCQ  *CQ
-	cap     QPCap
-	sigAll  bool
-	initPSN uint32
-	drv     QPDriver
-	issuer  Issuer        // drv, when it completes requests asynchronously
-	notify  StateNotifier // drv, when it wants state changes
-	timer   *time.Timer
+	ctx      *Context
+	pd       *PD
+	num      uint32
+	sendCQ   *CQ
+	recvCQ   *CQ
+	cap      QPCap
+	sigAll   bool
+	initPSN  uint32
+	drv      QPDriver
+	issuer   Issuer        // drv, when it completes requests asynchronously
+	notify   StateNotifier // drv, when it wants state changes
+	recvNote RecvNotifier  // drv, when it wants to hear of posted receives
+	timer    *time.Timer
 
 	// mu guards everything below it. Lock order: respMu, then mu, then a
 	// CQ's mutex.
@@ -153,6 +154,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	qp.drv = drv
 	qp.issuer, _ = drv.(Issuer)
 	qp.notify, _ = drv.(StateNotifier)
+	qp.recvNote, _ = drv.(RecvNotifier)
 	return qp, nil
 }
 
@@ -293,6 +295,7 @@ func (qp *QP) resetLocked() {
 	qp.epoch++
 	qp.sq.clear()
 	qp.rq.clear()
+	qp.rq.baseRSN = qp.rq.nextRSN
 	qp.attr = QPAttr{}
 	qp.cause = nil
 	qp.drainWant = false

@@ -141,6 +141,7 @@ type recvQueue struct {
 	ring    []RecvWQE
 	head, n int
 	nextRSN uint64
+	baseRSN uint64 // nextRSN at the last RESET
 }
 
 func (q *recvQueue) init(depth, maxSGE int) {
@@ -325,8 +326,19 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 	qp.mu.Unlock()
 	if inErr {
 		qp.flushRQ()
+	} else if qp.recvNote != nil {
+		qp.recvNote.RecvPosted()
 	}
 	return err
+}
+
+// RecvPosted is the number of receives posted since the QP last left RESET
+// (consumed or not). A transport that grants its peer credits for
+// receives (the shared-memory provider) publishes it.
+func (qp *QP) RecvPosted() uint64 {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.rq.nextRSN - qp.rq.baseRSN
 }
 
 // kick runs the send queue unless another goroutine already does.
