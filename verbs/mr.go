@@ -31,6 +31,10 @@ func (c *Context) AllocPD() (*PD, error) {
 	return &PD{ctx: c, id: randKey()}, nil
 }
 
+// ID is the PD's identifier, random and unique among live PDs in practice;
+// providers that check PDs in shared memory publish it.
+func (pd *PD) ID() uint32 { return pd.id }
+
 // Context returns the context the PD belongs to.
 func (pd *PD) Context() *Context { return pd.ctx }
 
