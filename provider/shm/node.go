@@ -360,7 +360,7 @@ func notify(m mem, slot uint32) {
 	if slot >= maxQP {
 		return
 	}
-	m.u64(offReady+8*uint64(slot/64)).Or(1 << (slot % 64))
+	m.u64(offReady + 8*uint64(slot/64)).Or(1 << (slot % 64))
 	if m.u32(offSleeping).Load() != 0 {
 		m.u32(offDoorbell).Add(1)
 		shmem.FutexWake(m.u32(offDoorbell), 1)

@@ -360,16 +360,6 @@ func (n *node) handle(p *peer, r []byte) {
 	}
 }
 
-// takePending returns a half the peer announced before our QP reached RTR.
-func (n *node) takePending(g verbs.GID, peerQPN, qpn uint32) (pendConn, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	k := pendKey{gid: g, peerQPN: peerQPN, qpn: qpn}
-	pc, ok := n.pending[k]
-	delete(n.pending, k)
-	return pc, ok
-}
-
 // peerLost fails every QP linked to p, then unmaps its pool once no
 // access is in flight.
 func (n *node) peerLost(p *peer, cause error) {

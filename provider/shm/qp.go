@@ -73,12 +73,15 @@ type qpDriver struct {
 	atomicsOut  int
 	armed       bool
 	armedSSN    uint64
+	armedLost   bool // armed because the peer did not answer at all
 	fired       bool // the timer fired for firedSSN
 	firedSSN    uint64
 	retries     int
 	rnrs        int
 	timer       *time.Timer
 	iov         [][]byte
+	rkCache     [4]rkCacheEntry
+	rkNext      uint32
 
 	// Responder state: the progress goroutine, and attach.
 	rmu       sync.Mutex
@@ -334,7 +337,7 @@ func (q *qpDriver) onTimer() {
 
 func (q *qpDriver) arm(d time.Duration, ssn uint64) {
 	if !q.armed {
-		q.armed, q.armedSSN = true, ssn
+		q.armed, q.armedSSN, q.armedLost = true, ssn, false
 		q.timer.Reset(d)
 	}
 }
@@ -363,6 +366,12 @@ func (q *qpDriver) pumpLocked() {
 		return
 	}
 	defer l.peer.unpin()
+	if q.armed && q.armedLost && q.head == q.next && portUp() && peerUsable(l) {
+		// The peer has just become reachable (its half arrived): do not
+		// wait out a timeout meant for a peer that was not there.
+		q.armed = false
+		q.timer.Stop()
+	}
 	wrote := false
 	for !q.stopped.Load() {
 		q.reapLocked(l)
@@ -530,6 +539,7 @@ func (q *qpDriver) lostLocked(l *link) {
 	q.retries++
 	q.qp.AddStats(verbs.QPStats{Retries: 1})
 	q.arm(to, e.ssn)
+	q.armedLost = true
 }
 
 func (q *qpDriver) reapNoLinkLocked() {
@@ -786,7 +796,7 @@ func (q *qpDriver) oneSided(l *link, e *entry, w *verbs.SendWork) (verbs.WCStatu
 		return verbs.WCSuccess, nil // zero-length RDMA checks no rkey (IBA 9.7.4.1.5)
 	}
 	p := l.peer
-	r, why := p.lookup(w.RKey, l.ph.u32(hPD).Load(), w.RemoteAddr, n, need)
+	r, why := q.lookup(l, w.RKey, w.RemoteAddr, n, need)
 	if why != "" {
 		return q.respFail(l, stAccess, fmt.Sprintf("remote access error for %v: %s", e.op, why))
 	}
@@ -869,7 +879,7 @@ func (q *qpDriver) atomicViaTarget(l *link, e *entry, w *verbs.SendWork) (verbs.
 		st, cause := q.respFail(l, stInvReq, "invalid request: "+why)
 		return st, cause, false
 	}
-	r, why := l.peer.lookup(w.RKey, l.ph.u32(hPD).Load(), w.RemoteAddr, 8, need)
+	r, why := q.lookup(l, w.RKey, w.RemoteAddr, 8, need)
 	if why != "" {
 		st, cause := q.respFail(l, stAccess, fmt.Sprintf("remote access error for %v: %s", e.op, why))
 		return st, cause, false
@@ -905,6 +915,33 @@ func (q *qpDriver) atomicViaTarget(l *link, e *entry, w *verbs.SendWork) (verbs.
 // Between processes it orders nothing; within one (two contexts, the
 // tests) it states what the shared-memory atomics already guarantee.
 var shmClock atomic.Uint64
+
+// lookup is peer.lookup behind a small per-QP cache of key table
+// indexes (no lock: the requester holds q.mu); every hit is validated
+// against the entry itself.
+func (q *qpDriver) lookup(l *link, rkey uint32, va, n uint64, need verbs.Access) (remoteMR, string) {
+	pd := l.ph.u32(hPD).Load()
+	for i := range q.rkCache {
+		c := &q.rkCache[i]
+		if c.rkey == rkey && c.peer == l.peer {
+			if r, ok := l.peer.readEntry(c.idx, rkey); ok {
+				return r.check(rkey, pd, va, n, need)
+			}
+		}
+	}
+	r, why := l.peer.lookup(rkey, pd, va, n, need)
+	if r.state != 0 {
+		q.rkCache[q.rkNext%uint32(len(q.rkCache))] = rkCacheEntry{peer: l.peer, rkey: rkey, idx: r.idx}
+		q.rkNext++
+	}
+	return r, why
+}
+
+type rkCacheEntry struct {
+	peer *peer
+	rkey uint32
+	idx  uint32
+}
 
 // errWait says: not now, try again when acks or ring space arrive.
 var errWait = errors.New("wait")
