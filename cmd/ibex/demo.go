@@ -663,7 +663,12 @@ func (d *demo) stepBadRKey() (string, error) {
 		return "", err
 	}
 
-	// The responder side.
+	// The responder side. Where the requester finds the error itself
+	// (shm checks the target's key table), the responder hears of it
+	// through its ring a moment later.
+	for deadline := time.Now().Add(2 * time.Second); s.qp.State() != verbs.QPSErr && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Microsecond)
+	}
 	if st := s.qp.State(); st != verbs.QPSErr {
 		return "", fmt.Errorf("server: qp %#x is in %v after the remote access error, want ERR", s.qp.Num(), st)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	_ "github.com/ibex-rdma/ibex/provider/loopback" // registers loop0
+	_ "github.com/ibex-rdma/ibex/provider/shm"      // registers shm0 (shared memory between processes)
 	_ "github.com/ibex-rdma/ibex/provider/udp"      // registers udp0 (RoCEv2 over UDP)
 )
 
