@@ -923,15 +923,15 @@ func (q *qpDriver) lookup(l *link, rkey uint32, va, n uint64, need verbs.Access)
 	pd := l.ph.u32(hPD).Load()
 	for i := range q.rkCache {
 		c := &q.rkCache[i]
-		if c.rkey == rkey && c.peer == l.peer {
-			if r, ok := l.peer.readEntry(c.idx, rkey); ok {
-				return r.check(rkey, pd, va, n, need)
-			}
+		// A live entry never changes: an unchanged state word means the
+		// cached copy is still the entry.
+		if c.rkey == rkey && c.peer == l.peer && l.peer.live(&c.r) {
+			return c.r.check(rkey, pd, va, n, need)
 		}
 	}
 	r, why := l.peer.lookup(rkey, pd, va, n, need)
 	if r.state != 0 {
-		q.rkCache[q.rkNext%uint32(len(q.rkCache))] = rkCacheEntry{peer: l.peer, rkey: rkey, idx: r.idx}
+		q.rkCache[q.rkNext%uint32(len(q.rkCache))] = rkCacheEntry{peer: l.peer, rkey: rkey, r: r}
 		q.rkNext++
 	}
 	return r, why
@@ -940,7 +940,7 @@ func (q *qpDriver) lookup(l *link, rkey uint32, va, n uint64, need verbs.Access)
 type rkCacheEntry struct {
 	peer *peer
 	rkey uint32
-	idx  uint32
+	r    remoteMR
 }
 
 // errWait says: not now, try again when acks or ring space arrive.
