@@ -30,20 +30,29 @@ func testDevice(t *testing.T, cfg Config) {
 	errContains(t, err, verbs.ErrNoDevice, "no-such-device-xyz")
 }
 
+// newPD allocates a PD in a local context, deallocated at cleanup.
+func newPD(t testing.TB, c *verbs.Context) *verbs.PD {
+	t.Helper()
+	pd, err := c.AllocPD()
+	must(t, err, "alloc pd")
+	t.Cleanup(func() { mustCleanup(t, pd.Dealloc(), "dealloc pd") })
+	return pd
+}
+
 func testMR(t *testing.T, cfg Config) {
 	a, _ := openPair(t, cfg)
-	e := newEnd(t, a, endOpts{})
+	pd := newPD(t, a)
 	buf := make([]byte, 4096)
-	_, err := e.pd.RegMR(buf, verbs.AccessRemoteWrite)
+	_, err := pd.RegMR(buf, verbs.AccessRemoteWrite)
 	errContains(t, err, verbs.ErrInvalidArgument, "LOCAL_WRITE")
-	_, err = e.pd.RegMR(buf, verbs.AccessRemoteAtomic|verbs.AccessRemoteRead)
+	_, err = pd.RegMR(buf, verbs.AccessRemoteAtomic|verbs.AccessRemoteRead)
 	errContains(t, err, verbs.ErrInvalidArgument, "LOCAL_WRITE")
-	_, err = e.pd.RegMR(nil, verbs.AccessLocalWrite)
+	_, err = pd.RegMR(nil, verbs.AccessLocalWrite)
 	errContains(t, err, verbs.ErrInvalidArgument, "length 0")
-	_, err = e.pd.RegMR(buf, 1<<7)
+	_, err = pd.RegMR(buf, 1<<7)
 	errContains(t, err, verbs.ErrInvalidArgument, "access")
 
-	mr, err := e.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	must(t, err, "reg mr")
 	if mr.Len() != len(buf) || mr.Addr() == 0 || &mr.Bytes()[0] != &buf[0] || mr.Access() != verbs.AccessLocalWrite|verbs.AccessRemoteRead {
 		t.Fatalf("mr fields: len %d addr %#x access %v", mr.Len(), mr.Addr(), mr.Access())
@@ -54,9 +63,9 @@ func testMR(t *testing.T, cfg Config) {
 	must(t, mr.Dereg(), "dereg")
 	errContains(t, mr.Dereg(), verbs.ErrClosed)
 	// The same buffer may be registered twice, with different keys.
-	m1, err := e.pd.RegMR(buf, verbs.AccessLocalWrite)
+	m1, err := pd.RegMR(buf, verbs.AccessLocalWrite)
 	must(t, err, "reg 1")
-	m2, err := e.pd.RegMR(buf, verbs.AccessLocalWrite)
+	m2, err := pd.RegMR(buf, verbs.AccessLocalWrite)
 	must(t, err, "reg 2")
 	if m1.LKey() == m2.LKey() || m1.RKey() == m2.RKey() {
 		t.Fatalf("two registrations share keys")
@@ -70,12 +79,12 @@ func testMR(t *testing.T, cfg Config) {
 // differences are not constant and which spread over the 32-bit space.
 func testMRKeys(t *testing.T, cfg Config) {
 	a, _ := openPair(t, cfg)
-	e := newEnd(t, a, endOpts{})
+	pd := newPD(t, a)
 	buf := make([]byte, 64)
 	seen := map[uint32]bool{}
 	var keys []uint32
 	for range 256 {
-		mr, err := e.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 		must(t, err, "reg mr")
 		defer func() { _ = mr.Dereg() }()
 		if seen[mr.RKey()] {
@@ -123,8 +132,10 @@ func testResources(t *testing.T, cfg Config) {
 	errContains(t, err, verbs.ErrInvalidArgument, "max_send_sge")
 	_, err = pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxInlineData: a.QueryDevice().MaxInlineData + 1}})
 	errContains(t, err, verbs.ErrInvalidArgument, "max_inline_data")
-	if a != b {
-		cqb, err := b.CreateCQ(4)
+	// Only when b is another context in this process: a remote end's CQ
+	// is no object here, and one context has no other's CQ to offer.
+	if lb, ok := b.(localCtx); ok && lb.c != a {
+		cqb, err := lb.c.CreateCQ(4)
 		must(t, err, "create cq on b")
 		_, err = pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cqb})
 		errContains(t, err, verbs.ErrInvalidArgument, "another context")
@@ -143,14 +154,14 @@ func testResources(t *testing.T, cfg Config) {
 	errContains(t, pd.Dealloc(), verbs.ErrClosed)
 }
 
-func modify(t testing.TB, qp *verbs.QP, a verbs.QPAttr, mask verbs.AttrMask) {
+func modify(t testing.TB, qp qpHandle, a verbs.QPAttr, mask verbs.AttrMask) {
 	t.Helper()
 	must(t, qp.Modify(&a, mask), "modify")
 }
 
 func testStateMachine(t *testing.T, cfg Config) {
 	ca, cb := openPair(t, cfg)
-	a, b := newEnd(t, ca, endOpts{}), newEnd(t, cb, endOpts{})
+	a, b := newEnd(t, localCtx{ca}, endOpts{}), newEnd(t, cb, endOpts{})
 	qp := a.qp
 	rinfo := b.qp.Info()
 	initMask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
@@ -236,7 +247,7 @@ func testStateMachine(t *testing.T, cfg Config) {
 
 func testStateValues(t *testing.T, cfg Config) {
 	a, _ := openPair(t, cfg)
-	e := newEnd(t, a, endOpts{})
+	e := newEnd(t, localCtx{a}, endOpts{})
 	dev := a.QueryDevice()
 	bad := []struct {
 		name string
@@ -273,7 +284,7 @@ func testStateValues(t *testing.T, cfg Config) {
 
 func testConnInfo(t *testing.T, cfg Config) {
 	a, _ := openPair(t, cfg)
-	e := newEnd(t, a, endOpts{})
+	e := newEnd(t, localCtx{a}, endOpts{})
 	ci := e.qp.Info()
 	if ci.QPN != e.qp.Num() || ci.PSN != e.qp.InitialPSN() || ci.PSN > 0xffffff || !ci.MTU.Valid() {
 		t.Fatalf("Info() = %v", ci)

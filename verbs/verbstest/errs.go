@@ -30,8 +30,8 @@ func expectReqErr(t *testing.T, a, b *end, status verbs.WCStatus, respErr bool, 
 	if respErr {
 		waitState(t, b.qp, verbs.QPSErr)
 		got := waitEvent(t, b.ctx, ev)
-		if got.QP != b.qp {
-			t.Fatalf("event %v names qp %#x, want responder %#x", got, got.QP.Num(), b.qp.Num())
+		if got.QPN != b.qp.Num() {
+			t.Fatalf("event %v names qp %#x, want responder %#x", got, got.QPN, b.qp.Num())
 		}
 		wcs := b.wait(1)
 		expectWC(t, wcs[0], 99, verbs.WCWRFlushErr, 0) // the responder's queued receive is flushed
@@ -60,10 +60,10 @@ func testBadRKey(t *testing.T, cfg Config) {
 
 func testPermission(t *testing.T, cfg Config) {
 	a, b := failingPair(t, cfg, endOpts{access: verbs.AccessLocalWrite | verbs.AccessRemoteRead}, verbs.ConnectOptions{})
-	fill(b.buf[:8], 1)
+	b.write(0, pattern(8, 1))
 	a.post(writeWR(a, 1, b.mr.Addr(), b.mr.RKey(), 8), writeWR(a, 2, b.mr.Addr(), b.mr.RKey(), 8))
 	expectReqErr(t, a, b, verbs.WCRemAccessErr, true, verbs.EventQPAccessErr)
-	if b.buf[0] != 1 {
+	if b.byteAt(0) != 1 {
 		t.Fatal("a WRITE to an MR without REMOTE_WRITE changed its memory")
 	}
 
@@ -160,7 +160,7 @@ func testWrongPD(t *testing.T, cfg Config) {
 	pd2, err := a.ctx.AllocPD()
 	must(t, err, "alloc pd")
 	t.Cleanup(func() { mustCleanup(t, pd2.Dealloc(), "dealloc pd2") })
-	other, err := pd2.RegMR(make([]byte, 64), allRemote)
+	other, err := pd2.RegMR(64, allRemote)
 	must(t, err, "reg mr in pd2")
 	t.Cleanup(func() { mustCleanup(t, other.Dereg(), "dereg") })
 	errContains(t, a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SGL: []verbs.SGE{sgeOf(other, 0, 8)}}}),
@@ -170,7 +170,7 @@ func testWrongPD(t *testing.T, cfg Config) {
 	pdb, err := b.ctx.AllocPD()
 	must(t, err, "alloc pd on b")
 	t.Cleanup(func() { mustCleanup(t, pdb.Dealloc(), "dealloc pdb") })
-	foreign, err := pdb.RegMR(make([]byte, 64), allRemote)
+	foreign, err := pdb.RegMR(64, allRemote)
 	must(t, err, "reg mr in pdb")
 	t.Cleanup(func() { mustCleanup(t, foreign.Dereg(), "dereg") })
 	a.post(writeWR(a, 1, foreign.Addr(), foreign.RKey(), 8), writeWR(a, 2, b.mr.Addr(), b.mr.RKey(), 8))
@@ -184,12 +184,12 @@ func testDeregistered(t *testing.T, cfg Config) {
 	must(t, lmr.Dereg(), "dereg local")
 	errContains(t, a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SGL: []verbs.SGE{sgeOf(lmr, 0, 8)}}}), verbs.ErrInvalidLKey)
 	rmr := b.regMR(64, allRemote)
-	fill(rmr.Bytes(), 3)
+	rmr.Write(0, pattern(64, 3))
 	addr, rkey := rmr.Addr(), rmr.RKey()
 	must(t, rmr.Dereg(), "dereg remote")
 	a.post(writeWR(a, 1, addr, rkey, 8), writeWR(a, 2, b.mr.Addr(), b.mr.RKey(), 8))
 	expectReqErr(t, a, b, verbs.WCRemAccessErr, true, verbs.EventQPAccessErr)
-	if rmr.Bytes()[0] != 3 {
+	if rmr.Read(0, 1)[0] != 3 {
 		t.Fatal("a WRITE reached deregistered memory")
 	}
 }
@@ -237,7 +237,7 @@ func testPostInErr(t *testing.T, cfg Config) {
 	if !ids[5] || !ids[6] || wcs[0].Status != verbs.WCWRFlushErr || wcs[1].Status != verbs.WCWRFlushErr {
 		t.Fatalf("posting in ERR: %v, want both flushed", wcs)
 	}
-	if b.buf[0] != 0 {
+	if b.byteAt(0) != 0 {
 		t.Fatal("a request posted in ERR executed")
 	}
 }
@@ -262,8 +262,8 @@ func testDeregInFlight(t *testing.T, cfg Config) {
 	caps := verbs.QPCap{MaxSendWR: 1024}
 	a, b := pair(t, cfg, endOpts{cap: caps, cqDepth: 4096}, endOpts{}, verbs.ConnectOptions{})
 	fill(a.buf[:4096], 1)
-	target := make([]byte, 4096)
-	mr, err := b.pd.RegMR(target, allRemote)
+	// The target is b's memory: in remote mode, in the other process.
+	mr, err := b.pd.RegMR(4096, allRemote)
 	must(t, err, "reg mr")
 	stop := make(chan struct{})
 	done := make(chan int)
@@ -303,7 +303,7 @@ func testDeregInFlight(t *testing.T, cfg Config) {
 	}()
 	time.Sleep(5 * time.Millisecond)
 	must(t, mr.Dereg(), "dereg while writes are in flight")
-	clear(target)
+	mr.Write(0, make([]byte, 4096))
 	time.Sleep(10 * time.Millisecond)
 	close(stop)
 	n := <-done
@@ -311,7 +311,7 @@ func testDeregInFlight(t *testing.T, cfg Config) {
 		t.Fatal("no write was posted before Dereg; the test proved nothing")
 	}
 	t.Logf("%d writes posted around Dereg", n)
-	for i, c := range target {
+	for i, c := range mr.Read(0, 4096) {
 		if c != 0 {
 			t.Fatalf("byte %d changed after Dereg returned (%d writes posted)", i, n)
 		}
@@ -335,7 +335,7 @@ func testRemoteOp(t *testing.T, cfg Config) {
 	expectWC(t, wcs[0], 98, verbs.WCLocProtErr, 0)
 	expectWC(t, wcs[1], 99, verbs.WCWRFlushErr, 0)
 	waitState(t, b.qp, verbs.QPSErr)
-	if ro.Bytes()[0] != 0 {
+	if ro.Read(0, 1)[0] != 0 {
 		t.Fatal("a SEND landed in a buffer without LOCAL_WRITE")
 	}
 }
@@ -345,14 +345,14 @@ func testRemoteOp(t *testing.T, cfg Config) {
 func testLocalProtAfterPost(t *testing.T, cfg Config) {
 	a, b := failingPair(t, cfg, endOpts{}, verbs.ConnectOptions{})
 	src := a.regMR(64, verbs.AccessLocalWrite)
-	fill(src.Bytes(), 5)
+	src.Write(0, pattern(64, 5))
 	modify(t, a.qp, verbs.QPAttr{State: verbs.QPSSQD}, verbs.AttrState)
 	a.post(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{sgeOf(src, 0, 64)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
 		writeWR(a, 2, b.mr.Addr(), b.mr.RKey(), 8))
 	must(t, src.Dereg(), "dereg")
 	modify(t, a.qp, verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState)
 	expectReqErr(t, a, b, verbs.WCLocProtErr, false, 0)
-	if b.buf[0] != 0 {
+	if b.byteAt(0) != 0 {
 		t.Fatal("a WRITE from a deregistered MR moved data")
 	}
 }

@@ -25,10 +25,10 @@ func testSend(t *testing.T, cfg Config) {
 	if wc.ByteLen != 1000 || wc.QPNum != b.qp.Num() || wc.SrcQP != a.qp.Num() || wc.Flags&verbs.WCWithImm != 0 {
 		t.Fatalf("recv completion %v: want byte_len 1000 qp %#x src_qp %#x, no imm", wc, b.qp.Num(), a.qp.Num())
 	}
-	if !bytes.Equal(b.buf[100:1100], a.buf[:1000]) {
+	if !bytes.Equal(b.read(100, 1000), a.buf[:1000]) {
 		t.Fatal("received bytes differ from sent bytes")
 	}
-	if b.buf[1100] != 0 || b.buf[99] != 0 {
+	if b.byteAt(1100) != 0 || b.byteAt(99) != 0 {
 		t.Fatal("receive wrote outside the message")
 	}
 }
@@ -51,7 +51,7 @@ func testWrite(t *testing.T, cfg Config) {
 	a.post(verbs.SendWR{ID: 7, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, 3000)},
 		RemoteAddr: b.mr.Addr() + 500, RKey: b.mr.RKey()})
 	expectWC(t, a.wait1(), 7, verbs.WCSuccess, verbs.WCRDMAWrite)
-	if !bytes.Equal(b.buf[500:3500], a.buf[:3000]) || b.buf[499] != 0 || b.buf[3500] != 0 {
+	if !bytes.Equal(b.read(500, 3000), a.buf[:3000]) || b.byteAt(499) != 0 || b.byteAt(3500) != 0 {
 		t.Fatal("RDMA WRITE placed the wrong bytes")
 	}
 	expectNoWC(t, b.cq, 0)
@@ -69,14 +69,14 @@ func testWriteImm(t *testing.T, cfg Config) {
 	if wc.Imm != 42 || wc.Flags&verbs.WCWithImm == 0 || wc.ByteLen != 256 || wc.SrcQP != a.qp.Num() {
 		t.Fatalf("recv completion %v: want imm 42 byte_len 256", wc)
 	}
-	if !bytes.Equal(b.buf[:256], a.buf[:256]) {
+	if !bytes.Equal(b.read(0, 256), a.buf[:256]) {
 		t.Fatal("WRITE_WITH_IMM bytes differ")
 	}
 }
 
 func testRead(t *testing.T, cfg Config) {
 	a, b := defaultPair(t, cfg)
-	fill(b.buf[:5000], 9)
+	b.write(0, pattern(5000, 9))
 	a.post(verbs.SendWR{ID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(10, 5000)},
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	wc := a.wait1()
@@ -84,7 +84,7 @@ func testRead(t *testing.T, cfg Config) {
 	if wc.ByteLen != 5000 {
 		t.Fatalf("READ byte_len %d, want 5000", wc.ByteLen)
 	}
-	if !bytes.Equal(a.buf[10:5010], b.buf[:5000]) {
+	if !bytes.Equal(a.buf[10:5010], b.read(0, 5000)) {
 		t.Fatal("RDMA READ returned the wrong bytes")
 	}
 }
@@ -98,37 +98,37 @@ func u64(b []byte) uint64 { return binary.NativeEndian.Uint64(b) }
 
 func testFetchAdd(t *testing.T, cfg Config) {
 	a, b := defaultPair(t, cfg)
-	binary.NativeEndian.PutUint64(b.buf[64:], 1000)
+	b.putU64(64, 1000)
 	a.post(atomicWR(a, b, 1, verbs.WRAtomicFetchAndAdd, 64, 0, 5, 0))
 	wc := a.wait1()
 	expectWC(t, wc, 1, verbs.WCSuccess, verbs.WCFetchAdd)
 	if got := u64(a.buf[0:]); got != 1000 {
 		t.Fatalf("FETCH_AND_ADD returned %d, want the original 1000", got)
 	}
-	if got := u64(b.buf[64:]); got != 1005 {
+	if got := b.u64(64); got != 1005 {
 		t.Fatalf("FETCH_AND_ADD left %d, want 1005", got)
 	}
 	// Wrap-around is modulo 2^64.
-	binary.NativeEndian.PutUint64(b.buf[64:], ^uint64(0))
+	b.putU64(64, ^uint64(0))
 	a.post(atomicWR(a, b, 2, verbs.WRAtomicFetchAndAdd, 64, 8, 2, 0))
 	expectWC(t, a.wait1(), 2, verbs.WCSuccess, verbs.WCFetchAdd)
-	if u64(b.buf[64:]) != 1 || u64(a.buf[8:]) != ^uint64(0) {
-		t.Fatalf("FETCH_AND_ADD wrap: memory %d returned %#x", u64(b.buf[64:]), u64(a.buf[8:]))
+	if got := b.u64(64); got != 1 || u64(a.buf[8:]) != ^uint64(0) {
+		t.Fatalf("FETCH_AND_ADD wrap: memory %d returned %#x", got, u64(a.buf[8:]))
 	}
 }
 
 func testCmpSwap(t *testing.T, cfg Config) {
 	a, b := defaultPair(t, cfg)
-	binary.NativeEndian.PutUint64(b.buf[8:], 77)
+	b.putU64(8, 77)
 	a.post(atomicWR(a, b, 1, verbs.WRAtomicCmpAndSwp, 8, 0, 76, 99)) // compare fails
 	expectWC(t, a.wait1(), 1, verbs.WCSuccess, verbs.WCCompSwap)
-	if u64(a.buf) != 77 || u64(b.buf[8:]) != 77 {
-		t.Fatalf("failed CMP_AND_SWP: returned %d memory %d, want 77 and 77", u64(a.buf), u64(b.buf[8:]))
+	if got := b.u64(8); u64(a.buf) != 77 || got != 77 {
+		t.Fatalf("failed CMP_AND_SWP: returned %d memory %d, want 77 and 77", u64(a.buf), got)
 	}
 	a.post(atomicWR(a, b, 2, verbs.WRAtomicCmpAndSwp, 8, 16, 77, 99)) // compare matches
 	expectWC(t, a.wait1(), 2, verbs.WCSuccess, verbs.WCCompSwap)
-	if u64(a.buf[16:]) != 77 || u64(b.buf[8:]) != 99 {
-		t.Fatalf("CMP_AND_SWP: returned %d memory %d, want 77 and 99", u64(a.buf[16:]), u64(b.buf[8:]))
+	if got := b.u64(8); u64(a.buf[16:]) != 77 || got != 99 {
+		t.Fatalf("CMP_AND_SWP: returned %d memory %d, want 77 and 99", u64(a.buf[16:]), got)
 	}
 }
 
@@ -145,7 +145,7 @@ func testAtomicExactlyOnce(t *testing.T, cfg Config) {
 	for i, wc := range a.wait(n) {
 		expectWC(t, wc, uint64(i), verbs.WCSuccess, verbs.WCFetchAdd)
 	}
-	if got := u64(b.buf); got != n {
+	if got := b.u64(0); got != n {
 		t.Fatalf("after %d fetch-adds memory holds %d", n, got)
 	}
 	seen := make([]bool, n)
@@ -163,7 +163,7 @@ func testAtomicMisaligned(t *testing.T, cfg Config) {
 	a.post(atomicWR(a, b, 1, verbs.WRAtomicFetchAndAdd, 4, 0, 1, 0))
 	expectWC(t, a.wait1(), 1, verbs.WCRemInvReqErr, 0)
 	waitState(t, a.qp, verbs.QPSErr)
-	if u64(b.buf) != 0 || u64(b.buf[8:]) != 0 {
+	if b.u64(0) != 0 || b.u64(8) != 0 {
 		t.Fatal("misaligned atomic modified memory")
 	}
 	// The atomic's local SGE must be exactly 8 bytes.
@@ -176,32 +176,32 @@ func testSGEList(t *testing.T, cfg Config) {
 	a, b := pair(t, cfg, endOpts{cap: caps}, endOpts{cap: caps}, verbs.ConnectOptions{})
 	fill(a.buf[:4096], 11)
 	mr2 := a.regMR(4096, verbs.AccessLocalWrite)
-	fill(mr2.Bytes(), 13)
+	mr2.Write(0, pattern(4096, 13))
 	// Gather from two MRs, scatter into three receive SGEs of other sizes.
 	src := []verbs.SGE{a.sge(0, 100), sgeOf(mr2, 50, 300), a.sge(1000, 0), a.sge(2000, 600)}
 	var want []byte
 	want = append(want, a.buf[:100]...)
-	want = append(want, mr2.Bytes()[50:350]...)
+	want = append(want, mr2.Read(50, 300)...)
 	want = append(want, a.buf[2000:2600]...)
 	b.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{b.sge(0, 250), b.sge(1000, 10), b.sge(3000, 900)}})
 	a.post(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: src})
 	expectWC(t, a.wait1(), 2, verbs.WCSuccess, verbs.WCSend)
 	wc := b.wait1()
 	expectWC(t, wc, 1, verbs.WCSuccess, verbs.WCRecv)
-	got := append(append(append([]byte{}, b.buf[:250]...), b.buf[1000:1010]...), b.buf[3000:3000+1000-260]...)
+	got := append(append(b.read(0, 250), b.read(1000, 10)...), b.read(3000, 1000-260)...)
 	if wc.ByteLen != 1000 || !bytes.Equal(got, want) {
 		t.Fatalf("SEND with SGE lists: byte_len %d, bytes differ %v", wc.ByteLen, !bytes.Equal(got, want))
 	}
 	// WRITE gathers; READ scatters.
 	a.post(verbs.SendWR{ID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: src, RemoteAddr: b.mr.Addr() + 8192, RKey: b.mr.RKey()})
 	expectWC(t, a.wait1(), 3, verbs.WCSuccess, verbs.WCRDMAWrite)
-	if !bytes.Equal(b.buf[8192:9192], want) {
+	if !bytes.Equal(b.read(8192, 1000), want) {
 		t.Fatal("WRITE with an SGE list placed the wrong bytes")
 	}
 	dst := []verbs.SGE{a.sge(10000, 1), sgeOf(mr2, 0, 499), a.sge(20000, 500)}
 	a.post(verbs.SendWR{ID: 4, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: dst, RemoteAddr: b.mr.Addr() + 8192, RKey: b.mr.RKey()})
 	expectWC(t, a.wait1(), 4, verbs.WCSuccess, verbs.WCRDMARead)
-	got = append(append(append([]byte{}, a.buf[10000:10001]...), mr2.Bytes()[:499]...), a.buf[20000:20500]...)
+	got = append(append(append([]byte{}, a.buf[10000:10001]...), mr2.Read(0, 499)...), a.buf[20000:20500]...)
 	if !bytes.Equal(got, want) {
 		t.Fatal("READ into an SGE list scattered the wrong bytes")
 	}
@@ -219,14 +219,14 @@ func testInline(t *testing.T, cfg Config) {
 	copy(payload, "XXXXXXXXXXXXXXXX") // reusing the buffer at once is allowed
 	expectWC(t, a.wait1(), 2, verbs.WCSuccess, verbs.WCSend)
 	wc := b.wait1()
-	if wc.ByteLen != uint32(len(want)) || string(b.buf[:len(want)]) != want {
-		t.Fatalf("inline SEND delivered %q (%d bytes), want %q", b.buf[:wc.ByteLen], wc.ByteLen, want)
+	if got := b.read(0, 64); wc.ByteLen != uint32(len(want)) || string(got[:len(want)]) != want {
+		t.Fatalf("inline SEND delivered %q (%d bytes), want %q", got[:min(wc.ByteLen, 64)], wc.ByteLen, want)
 	}
 	a.post(verbs.SendWR{ID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | verbs.SendInline, Inline: []byte("inline write"),
 		RemoteAddr: b.mr.Addr() + 100, RKey: b.mr.RKey()})
 	expectWC(t, a.wait1(), 3, verbs.WCSuccess, verbs.WCRDMAWrite)
-	if string(b.buf[100:112]) != "inline write" {
-		t.Fatalf("inline WRITE placed %q", b.buf[100:112])
+	if got := b.read(100, 12); string(got) != "inline write" {
+		t.Fatalf("inline WRITE placed %q", got)
 	}
 	errContains(t, a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, Flags: verbs.SendInline, Inline: make([]byte, 65)}}),
 		verbs.ErrInvalidArgument, "max_inline_data 64")
@@ -272,9 +272,11 @@ func testBatch(t *testing.T, cfg Config) {
 	for i, wc := range a.wait(n) {
 		expectWC(t, wc, uint64(i), verbs.WCSuccess, verbs.WCSend)
 	}
-	for i, wc := range b.wait(n) {
+	rwcs := b.wait(n)
+	got := b.read(0, n*64)
+	for i, wc := range rwcs {
 		expectWC(t, wc, uint64(1000+i), verbs.WCSuccess, verbs.WCRecv)
-		if b.buf[i*64] != byte(i) {
+		if got[i*64] != byte(i) {
 			t.Fatalf("message %d landed in the wrong receive", i)
 		}
 	}
@@ -364,7 +366,7 @@ func testSendAfterWrite(t *testing.T, cfg Config) {
 			verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, 8)}},
 		)
 		b.wait1()
-		if !bytes.Equal(b.buf[:256<<10], a.buf[:256<<10]) {
+		if !bytes.Equal(b.read(0, 256<<10), a.buf[:256<<10]) {
 			t.Fatalf("round %d: the SEND arrived before the WRITE's bytes", r)
 		}
 		a.wait1()
@@ -374,7 +376,7 @@ func testSendAfterWrite(t *testing.T, cfg Config) {
 // testFence: a fenced SEND of the buffer a READ fills carries the READ's data.
 func testFence(t *testing.T, cfg Config) {
 	a, b := defaultPair(t, cfg)
-	fill(b.buf[:512], 21)
+	b.write(0, pattern(512, 21))
 	b.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{b.sge(4096, 512)}})
 	a.post(
 		verbs.SendWR{ID: 1, Opcode: verbs.WRRDMARead, SGL: []verbs.SGE{a.sge(0, 512)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
@@ -382,7 +384,7 @@ func testFence(t *testing.T, cfg Config) {
 	)
 	expectWC(t, a.wait1(), 2, verbs.WCSuccess, verbs.WCSend)
 	b.wait1()
-	if !bytes.Equal(b.buf[4096:4096+512], b.buf[:512]) {
+	if !bytes.Equal(b.read(4096, 512), b.read(0, 512)) {
 		t.Fatal("fenced SEND did not carry the data of the READ before it")
 	}
 }
@@ -419,7 +421,7 @@ func testLarge(t *testing.T, cfg Config) {
 	fill(a.buf, 31)
 	a.post(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	expectWC(t, a.wait1(), 1, verbs.WCSuccess, verbs.WCRDMAWrite)
-	if !bytes.Equal(a.buf, b.buf) {
+	if !bytes.Equal(a.buf, b.read(0, size)) {
 		t.Fatal("64 MiB WRITE: bytes differ")
 	}
 	clear(a.buf)
@@ -427,14 +429,14 @@ func testLarge(t *testing.T, cfg Config) {
 	if wc := a.wait1(); wc.ByteLen != size {
 		t.Fatalf("64 MiB READ: %v", wc)
 	}
-	if !bytes.Equal(a.buf, b.buf) {
+	if !bytes.Equal(a.buf, b.read(0, size)) {
 		t.Fatal("64 MiB READ: bytes differ")
 	}
 	fill(a.buf, 37)
 	b.recv(verbs.RecvWR{ID: 3, SGL: []verbs.SGE{b.sge(0, size)}})
 	a.post(verbs.SendWR{ID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, size)}})
 	expectWC(t, a.wait1(), 3, verbs.WCSuccess, verbs.WCSend)
-	if wc := b.wait1(); wc.ByteLen != size || !bytes.Equal(a.buf, b.buf) {
-		t.Fatalf("64 MiB SEND: %v, bytes equal %v", wc, bytes.Equal(a.buf, b.buf))
+	if wc, got := b.wait1(), b.read(0, size); wc.ByteLen != size || !bytes.Equal(a.buf, got) {
+		t.Fatalf("64 MiB SEND: %v, bytes equal %v", wc, bytes.Equal(a.buf, got))
 	}
 }

@@ -53,7 +53,7 @@ func testRNRInfinite(t *testing.T, cfg Config) {
 		time.Sleep(time.Millisecond)
 	}
 	expectNoWC(t, a.cq, 0)
-	if b.buf[100] != 0 {
+	if b.byteAt(100) != 0 {
 		t.Fatal("the WRITE behind a waiting SEND executed first")
 	}
 	b.recv(verbs.RecvWR{ID: 9, SGL: []verbs.SGE{b.sge(0, 64)}})
@@ -61,7 +61,7 @@ func testRNRInfinite(t *testing.T, cfg Config) {
 	expectWC(t, wcs[0], 1, verbs.WCSuccess, verbs.WCSend)
 	expectWC(t, wcs[1], 2, verbs.WCSuccess, verbs.WCRDMAWrite)
 	wc := b.wait1()
-	if wc.ByteLen != 32 || b.buf[0] != a.buf[0] {
+	if wc.ByteLen != 32 || b.byteAt(0) != a.buf[0] {
 		t.Fatalf("receive after RNR wait: %v", wc)
 	}
 }
@@ -94,7 +94,7 @@ func testCQOverflow(t *testing.T, cfg Config) {
 		t.Fatalf("CQ_ERR event without the CQ or cause: %v", ev)
 	}
 	// The QP whose completion was lost reports QP_FATAL.
-	if ev := waitEvent(t, a.ctx, verbs.EventQPFatal); ev.QP != a.qp || ev.Cause == nil {
+	if ev := waitEvent(t, a.ctx, verbs.EventQPFatal); ev.QPN != a.qp.Num() || ev.Cause == nil {
 		t.Fatalf("QP_FATAL event %v: want qp %#x with a cause", ev, a.qp.Num())
 	}
 	waitState(t, a.qp, verbs.QPSErr)
@@ -153,7 +153,7 @@ func testSQD(t *testing.T, cfg Config) {
 	a, b := defaultPair(t, cfg)
 	modify(t, a.qp, verbs.QPAttr{State: verbs.QPSSQD, EnSQDAsyncNotify: true}, verbs.AttrState|verbs.AttrEnSQDAsyncNotify)
 	ev := waitEvent(t, a.ctx, verbs.EventSQDrained)
-	if ev.QP != a.qp {
+	if ev.QPN != a.qp.Num() {
 		t.Fatalf("SQ_DRAINED for the wrong QP: %v", ev)
 	}
 	a.post(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
@@ -170,8 +170,21 @@ func testPortState(t *testing.T, cfg Config) {
 	}
 	conn := verbs.ConnectOptions{Set: verbs.AttrTimeout | verbs.AttrRetryCnt, Attr: verbs.QPAttr{Timeout: 1, RetryCnt: 1}}
 	a, b := pair(t, cfg, endOpts{}, endOpts{}, conn)
-	cfg.SetPortState(verbs.PortDown)
-	defer cfg.SetPortState(verbs.PortActive)
+	// In remote mode the server's port goes down too.
+	remote, _ := b.ctx.(*remoteCtx)
+	if remote != nil && !remote.canSetPort {
+		t.Skip("the remote server cannot change its port state (Serve's setPortState is nil)")
+	}
+	setPort := func(s verbs.PortState) {
+		if remote != nil {
+			if err := remote.setPortState(s); err != nil {
+				t.Errorf("set the remote port %v: %v", s, err)
+			}
+		}
+		cfg.SetPortState(s)
+	}
+	setPort(verbs.PortDown)
+	defer setPort(verbs.PortActive)
 	ev := waitEvent(t, a.ctx, verbs.EventPortErr)
 	if ev.Port != 1 {
 		t.Fatalf("PORT_ERR names port %d", ev.Port)
@@ -181,7 +194,7 @@ func testPortState(t *testing.T, cfg Config) {
 	}
 	a.post(writeWR(a, 1, b.mr.Addr(), b.mr.RKey(), 8))
 	expectWC(t, a.wait1(), 1, verbs.WCRetryExcErr, 0)
-	cfg.SetPortState(verbs.PortActive)
+	setPort(verbs.PortActive)
 	waitEvent(t, a.ctx, verbs.EventPortActive)
 	if p, _ := a.ctx.QueryPort(1); p.State != verbs.PortActive {
 		t.Fatalf("port state %v after PORT_ACTIVE", p.State)
@@ -196,16 +209,16 @@ func testThousandQPs(t *testing.T, cfg Config) {
 	}
 	const n = 1000
 	ca, cb := openPair(t, cfg)
-	a := newEnd(t, ca, endOpts{cqDepth: 4 * n, bufSize: 8 * n})
+	a := newEnd(t, localCtx{ca}, endOpts{cqDepth: 4 * n, bufSize: 8 * n})
 	b := newEnd(t, cb, endOpts{cqDepth: 4 * n, bufSize: 8 * n})
 	small := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}
-	qa := make([]*verbs.QP, n)
-	qb := make([]*verbs.QP, n)
+	qa := make([]qpHandle, n)
+	qb := make([]qpHandle, n)
 	for i := range n {
 		var err error
-		qa[i], err = a.pd.CreateQP(verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.cq, Cap: small})
+		qa[i], err = a.pd.CreateQP(a.cq, small, false)
 		must(t, err, "create qp")
-		qb[i], err = b.pd.CreateQP(verbs.QPInitAttr{SendCQ: b.cq, RecvCQ: b.cq, Cap: small})
+		qb[i], err = b.pd.CreateQP(b.cq, small, false)
 		must(t, err, "create qp")
 		t.Cleanup(func() {
 			mustCleanup(t, qa[i].Destroy(), "destroy")
@@ -248,8 +261,9 @@ func testThousandQPs(t *testing.T, cfg Config) {
 		}
 		got++
 	}
+	slots := b.read(0, 8*n)
 	for i := range n {
-		if v := binary.LittleEndian.Uint64(b.buf[8*i:]); v != uint64((i+n-1)%n) && v != uint64(i) {
+		if v := binary.LittleEndian.Uint64(slots[8*i:]); v != uint64((i+n-1)%n) && v != uint64(i) {
 			t.Fatalf("slot %d holds %d", i, v)
 		}
 	}
@@ -302,7 +316,7 @@ func testConcurrentPosters(t *testing.T, cfg Config) {
 		}
 		seen[wc.WRID] = true
 	}
-	if got := u64(b.buf); got != goroutines*per/3 {
+	if got := b.u64(0); got != goroutines*per/3 {
 		t.Fatalf("fetch-adds: memory holds %d, want %d", got, goroutines*per/3)
 	}
 	waitCQ(t, b.cq, len(rwrs))
@@ -313,17 +327,17 @@ func testConcurrentPosters(t *testing.T, cfg Config) {
 func testConcurrentQPs(t *testing.T, cfg Config) {
 	const goroutines, per = 6, 200
 	ca, cb := openPair(t, cfg)
-	a := newEnd(t, ca, endOpts{cqDepth: 4096})
+	a := newEnd(t, localCtx{ca}, endOpts{cqDepth: 4096})
 	b := newEnd(t, cb, endOpts{cqDepth: 4096})
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
-	qps := make([][2]*verbs.QP, goroutines)
+	qps := make([][2]qpHandle, goroutines)
 	for g := range goroutines {
-		qa, err := a.pd.CreateQP(verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.cq, Cap: verbs.QPCap{MaxSendWR: per, MaxRecvWR: per}})
+		qa, err := a.pd.CreateQP(a.cq, verbs.QPCap{MaxSendWR: per, MaxRecvWR: per}, false)
 		must(t, err, "create qp")
-		qb, err := b.pd.CreateQP(verbs.QPInitAttr{SendCQ: b.cq, RecvCQ: b.cq, Cap: verbs.QPCap{MaxSendWR: per, MaxRecvWR: per}})
+		qb, err := b.pd.CreateQP(b.cq, verbs.QPCap{MaxSendWR: per, MaxRecvWR: per}, false)
 		must(t, err, "create qp")
-		qps[g] = [2]*verbs.QP{qa, qb}
+		qps[g] = [2]qpHandle{qa, qb}
 		t.Cleanup(func() {
 			mustCleanup(t, qa.Destroy(), "destroy")
 			mustCleanup(t, qb.Destroy(), "destroy")
