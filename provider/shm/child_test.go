@@ -15,7 +15,12 @@ import (
 	"unsafe"
 
 	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/verbs/verbstest"
 )
+
+// suiteChildEnv starts this test binary as the far end of the conformance
+// suite in remote mode (TestConformanceTwoProcesses).
+const suiteChildEnv = "IBEX_SHM_SUITE_CHILD"
 
 // Tests and benchmarks that need a second process start this test binary
 // again with IBEX_SHM_CHILD set to a role. The child opens shm0, prints its
@@ -23,6 +28,7 @@ import (
 // reads the parent's on stdin, connects, runs the role, and exits when its
 // stdin closes.
 func TestMain(m *testing.M) {
+	verbstest.ChildMain(suiteChildEnv, func() (*verbs.Context, error) { return verbs.Open(DeviceName) }, SetPortState)
 	if role := os.Getenv("IBEX_SHM_CHILD"); role != "" {
 		if err := childMain(role); err != nil {
 			fmt.Fprintln(os.Stderr, "shm child:", err)

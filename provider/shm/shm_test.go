@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"io"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -38,6 +39,24 @@ func TestConformanceOneContext(t *testing.T) {
 		Open: func(t testing.TB) (a, b *verbs.Context) {
 			c := openCtx(t)
 			return c, c
+		},
+		SetPortState: SetPortState,
+	})
+}
+
+// TestConformanceTwoProcesses runs the suite with end b in a child
+// process: every verbs call on b goes over a socket to the child, and b's
+// memory lives there, so every transfer crosses address spaces.
+func TestConformanceTwoProcesses(t *testing.T) {
+	dial := verbstest.StartChild(t, suiteChildEnv)
+	verbstest.Run(t, verbstest.Config{
+		Remote: func(t testing.TB) (*verbs.Context, io.ReadWriteCloser) {
+			a := openCtx(t)
+			conn, err := dial()
+			if err != nil {
+				t.Fatalf("dial the suite's child: %v", err)
+			}
+			return a, conn
 		},
 		SetPortState: SetPortState,
 	})
