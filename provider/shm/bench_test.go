@@ -106,42 +106,37 @@ func BenchmarkWriteBW(b *testing.B) {
 			defer cancel()
 			b.SetBytes(size)
 			b.ResetTimer()
-			out := 0
-			for i := 1; i <= b.N; i++ {
-				for out >= 64 {
-					n, err := e.cq.PollWait(ctx, wc[:])
-					if err != nil {
-						b.Fatal(err)
-					}
-					for _, w := range wc[:n] {
-						if w.Status != verbs.WCSuccess {
-							b.Fatal(w)
-						}
-					}
-					out -= 16 * n
-				}
-				wr[0].Flags = 0
-				if i%16 == 0 || i == b.N {
-					wr[0].Flags = verbs.SendSignaled
-				}
-				if err := e.qp.PostSend(wr); err != nil {
-					b.Fatal(err)
-				}
-				out++
-			}
-			// Wait for the last one (signaled).
-			for out > 0 {
+			// Every 16th WRITE and the last are signaled; at most 64 are
+			// outstanding. Completions come in order, so the last one
+			// means every WRITE is done.
+			signaled, completed := 0, 0
+			wait := func() {
 				n, err := e.cq.PollWait(ctx, wc[:])
 				if err != nil {
 					b.Fatal(err)
 				}
-				if n > 0 && wc[n-1].Status != verbs.WCSuccess {
-					b.Fatal(wc[n-1])
+				for _, w := range wc[:n] {
+					if w.Status != verbs.WCSuccess {
+						b.Fatal(w)
+					}
 				}
-				out -= 16 * n
-				if n > 0 && out < 16 {
-					break
+				completed += n
+			}
+			for i := 1; i <= b.N; i++ {
+				for i-1-16*completed >= 64 && completed < signaled {
+					wait()
 				}
+				wr[0].Flags = 0
+				if i%16 == 0 || i == b.N {
+					wr[0].Flags = verbs.SendSignaled
+					signaled++
+				}
+				if err := e.qp.PostSend(wr); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for completed < signaled {
+				wait()
 			}
 		})
 	}
