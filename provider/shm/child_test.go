@@ -130,6 +130,26 @@ func childMain(role string) error {
 		return childLat(e, peer, stdinClosed)
 	case "writer":
 		return childWriter(e, peer, stdinClosed)
+	case "write-once":
+		// One signaled WRITE into the parent's buffer; print its
+		// completion and the QP's error.
+		for i := range e.mr.Bytes() {
+			e.mr.Bytes()[i] = 0xee
+		}
+		wr := verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{{Addr: e.mr.Addr(), Length: 64, LKey: e.mr.LKey()}}, RemoteAddr: peer.Addr, RKey: peer.RKey}
+		if err := e.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			return err
+		}
+		var wc [1]verbs.WC
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := e.cq.PollWait(ctx, wc[:])
+		cancel()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%v|%v\n", wc[0].Status, e.qp.Err())
+		<-stdinClosed
 	default:
 		return fmt.Errorf("unknown role %q", role)
 	}
@@ -211,13 +231,20 @@ type child struct {
 // caller connects and then calls connected with its own.
 func startChild(tb testing.TB, role string, goMem bool) *child {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return startChildCmd(tb, role, goMem, exec.Command(os.Args[0], "-test.run=^$"))
+}
+
+func startChildCmd(tb testing.TB, role string, goMem bool, cmd *exec.Cmd) *child {
+	tb.Helper()
 	cmd.Env = append(os.Environ(), "IBEX_SHM_CHILD="+role)
 	if goMem {
 		cmd.Env = append(cmd.Env, "IBEX_SHM_CHILD_MEM=go")
 	}
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
