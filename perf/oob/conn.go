@@ -207,11 +207,11 @@ func (c *Conn) do(ctx context.Context, step string, fn func() error) error {
 	if err == nil {
 		stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(longAgo) })
 		err = fn()
-		if !stop() && err != nil {
-			// ctx ended during the I/O: report that, not the forced deadline.
-			if cerr := ctx.Err(); cerr != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-				err = fmt.Errorf("%w (while %v)", cerr, err)
-			}
+		stop()
+		// A cancelled ctx shows as a passed deadline: say which it was.
+		var te *timeoutError
+		if errors.As(err, &te) && errors.Is(ctx.Err(), context.Canceled) {
+			te.cause = context.Canceled
 		}
 	}
 	if err != nil {
@@ -243,7 +243,7 @@ func (c *Conn) read(buf []byte, what string) error {
 func (c *Conn) ioError(err error, doing string, n, want int) error {
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%s: no answer within the deadline (got %d of %d bytes): %w", doing, n, want, context.DeadlineExceeded)
+		return &timeoutError{fmt.Sprintf("%s: no answer (got %d of %d bytes)", doing, n, want), context.DeadlineExceeded}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("%s: %w after %d of %d bytes", doing, ErrPeerClosed, n, want)
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
@@ -251,6 +251,16 @@ func (c *Conn) ioError(err error, doing string, n, want int) error {
 	}
 	return fmt.Errorf("%s: %w", doing, err)
 }
+
+// timeoutError is an I/O cut short by the ctx: its deadline, or its
+// cancellation.
+type timeoutError struct {
+	msg   string
+	cause error // context.DeadlineExceeded or context.Canceled
+}
+
+func (e *timeoutError) Error() string { return e.msg + ": " + e.cause.Error() }
+func (e *timeoutError) Unwrap() error { return e.cause }
 
 // xchg is perftest's ctx_xchg_data over the socket (ctx_xchg_data_ethernet):
 // the client writes then reads, the server reads then writes, same size both

@@ -37,7 +37,7 @@ type transcript struct {
 	lines []line
 }
 
-func loadTranscript(t *testing.T, path string) transcript {
+func loadTranscript(t testing.TB, path string) transcript {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
