@@ -56,7 +56,7 @@ func TestIbexPair(t *testing.T) {
 		{Name: SendBW, QPs: 3, Size: 4096, Iters: 1000},
 		{Name: SendBW, QPs: 1, AllSizes: true, Duplex: true, Duration: 5},
 		{Name: AtomicBW, QPs: 1, Size: 8, Iters: 1000, Duplex: true},
-		{Name: WriteLat, QPs: 2, Size: 2, Iters: 1000},
+		{Name: WriteLat, QPs: 1, Size: 2, Iters: 1000},
 	} {
 		t.Run(tc.Name, func(t *testing.T) {
 			c, s := pair(t)

@@ -33,7 +33,7 @@
 //
 //	ib_write_bw, ib_read_bw, ib_atomic_bw:  N dests, [connect QPs], N dests again, sync
 //	ib_send_bw:                             N dests, [connect QPs], sync, N dests again
-//	ib_write_lat:                           dest 0, N dests, [connect QPs], N dests again, sync
+//	ib_write_lat (N = 1):                   dest 0, N dests, [connect QPs], N dests again, sync
 //
 // A sync is a ctx_hand_shake of QP 0's dest. Around each measured run
 // (StartRun, EndRun; with -a once per size, sizes 2..2^23):

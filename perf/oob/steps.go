@@ -114,6 +114,9 @@ func (c *Conn) ExchangeDests(ctx context.Context, local []Dest) ([]Dest, error) 
 	if len(local) == 0 || len(local) > maxQPs {
 		return nil, c.errorf("ExchangeDests", wrapf(ErrInvalid, "%d dests: want 1..%d", len(local), maxQPs))
 	}
+	if c.local.Test.Name == WriteLat && len(local) != 1 {
+		return nil, c.errorf("ExchangeDests", wrapf(ErrInvalid, "%d dests: perftest's latency tests use one QP", len(local)))
+	}
 	if q := c.local.Test.QPs; q != 0 && q != len(local) {
 		return nil, c.errorf("ExchangeDests", wrapf(ErrInvalid, "%d dests for Test.QPs %d", len(local), q))
 	}

@@ -172,4 +172,4 @@ gen("atomic_bw_duplex.txt", "atomic_bw", 1, duplex=True)
 gen("send_bw_2qp.txt", "send_bw", 2)
 gen("send_bw_duplex_all.txt", "send_bw", 1, duplex=True, allsizes=True)
 gen("send_bw_duplex_duration.txt", "send_bw", 1, duplex=True, duration=5)
-gen("write_lat_2qp.txt", "write_lat", 2)
+gen("write_lat_1qp.txt", "write_lat", 1)  # perftest: "Multiple QPs only available on bw tests"
