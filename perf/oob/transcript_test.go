@@ -163,25 +163,43 @@ func scenarioParams(tr transcript, client bool) Params {
 	return p
 }
 
-// runIbex drives one ibex end through a whole test as `ibex perf` would.
+// runIbex drives one ibex end through a whole test as `ibex perf` would,
+// with the dests and reports of testDest and clientReport/serverReport.
 func runIbex(ctx context.Context, c *Conn, p Params) (remote Params, dests []Dest, reports []Report, err error) {
+	return runIbexWith(ctx, c, p, nil, nil)
+}
+
+// runIbexWith is runIbex with given dests and reports (one per exchange, in
+// order; the last one repeats).
+func runIbexWith(ctx context.Context, c *Conn, p Params, local []Dest, mine []Report) (remote Params, dests []Dest, reports []Report, err error) {
 	client := !c.IsServer()
 	if remote, err = c.Handshake(ctx, p); err != nil {
 		return
 	}
-	local := make([]Dest, p.Test.QPs)
-	for i := range local {
-		local[i] = testDest(client, i, p.GIDIndex != -1)
+	if local == nil {
+		local = make([]Dest, p.Test.QPs)
+		for i := range local {
+			local[i] = testDest(client, i, p.GIDIndex != -1)
+		}
+	}
+	if mine == nil {
+		mine = []Report{serverReport}
+		if client {
+			mine = []Report{clientReport}
+		}
+	}
+	next := func() Report {
+		r := mine[0]
+		if len(mine) > 1 {
+			mine = mine[1:]
+		}
+		return r
 	}
 	if dests, err = c.ExchangeDests(ctx, local); err != nil {
 		return
 	}
 	if err = c.Ready(ctx); err != nil {
 		return
-	}
-	my := serverReport
-	if client {
-		my = clientReport
 	}
 	runs := 1
 	if p.Test.AllSizes && p.Test.Name != AtomicBW {
@@ -191,15 +209,16 @@ func runIbex(ctx context.Context, c *Conn, p Params) (remote Params, dests []Des
 		if err = c.StartRun(ctx); err != nil {
 			return
 		}
-		r, ok, e := c.EndRun(ctx, my)
+		r, ok, e := c.EndRun(ctx, mine[0])
 		if err = e; err != nil {
 			return
 		}
 		if ok {
+			next()
 			reports = append(reports, r)
 		}
 	}
-	r, err := c.Finish(ctx, my)
+	r, err := c.Finish(ctx, next())
 	if err == nil && r != (Report{}) {
 		reports = append(reports, r)
 	}
