@@ -8,8 +8,17 @@
 // # The exchange
 //
 // The sequence was read from perftest's sources (perftest_communication.c,
-// write_bw.c, ...) and checked against the machine code of the 4.5+0.17
-// binaries, which differ from older sources (two QP rounds, "done").
+// write_bw.c, ...) and from the machine code of the 4.5+0.17 binaries,
+// which differ from older sources (two QP rounds, "done", no sleep in most
+// programs). It is checked three ways: testdata/*.txt are transcripts
+// written from perftest's format strings (gen.py); testdata/recorded are
+// exchanges between two real 4.5+0.17 programs, which an ibex end in
+// either role reproduces byte for byte; and TestRealPerftest runs the real
+// programs against this package. The programs need an RDMA device before
+// they open the socket; testdata/fakeverbs is a stand-in libibverbs for
+// that, loaded with LD_PRELOAD, which completes every work request at once
+// and moves no data.
+//
 // Every exchange is ctx_xchg_data or ctx_hand_shake over the socket: the
 // client writes its message with one write(), then reads the server's; the
 // server reads, then writes; both messages have the same size. perftest
@@ -22,7 +31,8 @@
 //	check_version_compatibility   -               peer's version must be >= 5.70 (atof)
 //	check_sys_data                4, then 4       cycle_buffer, cache_line_size: int32 big-endian; both keep the larger
 //	check_mtu                     2               "%d" of the ibv_mtu enum (1..5) and NUL; both keep the smaller
-//	ctx_hand_shake (dest)         108 (59)        "%04x:%04x:%06x:%06x:%08x:%016llx:" lid:out_reads:qpn:psn:rkey:vaddr,
+//	ctx_hand_shake (dest)         108 (59)        "%04x:%04x:%06x:%06x:%08x:%016llx:" lid:out_reads:qpn:psn:rkey:vaddr
+//	                                              (out_reads is 1 in the write and send tests),
 //	                                              16 x "%02x:" GID, "%08x:" srqn, NUL (KEY_PRINT_FMT_GID);
 //	                                              without a GID (gid_index -1): ".....:%08x" srqn, NUL (KEY_PRINT_FMT)
 //	xchg_bw_reports               8 x 5           size, iters (uint64), bw_peak, bw_avg, msgRate_avg (IEEE double),
@@ -79,7 +89,8 @@
 // # Errors and deadlines
 //
 // Every blocking call takes a context: its deadline bounds the I/O and its
-// cancellation interrupts it. Errors are *Error values naming the perftest
+// cancellation interrupts it (perftest itself waits forever). A Conn is used
+// from one goroutine; to interrupt it from another, cancel the context. Errors are *Error values naming the perftest
 // step, wrapping ErrRefused, ErrPeerClosed, ErrProtocol, ErrVersion,
 // ErrMismatch, ErrState, ErrInvalid or context.DeadlineExceeded. After a
 // failed step the connection is closed, as perftest exits, and later calls

@@ -3,6 +3,7 @@ package oob
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -295,7 +296,12 @@ func (c *Conn) Finish(ctx context.Context, local Report) (remote Report, err err
 		if err := c.sync("closing"); err != nil {
 			return err
 		}
-		return c.write([]byte(doneMsg), `"done"`)
+		// The peer answered the last sync: it has finished, and may already
+		// have closed; its "done" is not waited for, as in perftest.
+		if err := c.write([]byte(doneMsg), `"done"`); err != nil && !errors.Is(err, ErrPeerClosed) {
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return Report{}, err
