@@ -28,16 +28,30 @@ const (
 	SendBW   = "send_bw"
 	AtomicBW = "atomic_bw"
 	WriteLat = "write_lat"
+
+	// ibex's other latency tests. perftest's ib_read_lat, ib_send_lat and
+	// ib_atomic_lat are not spoken: between two ibex ends these use
+	// ib_write_lat's exchange, and end with ctx_close_connection (a sync
+	// and "done") so that a passive server stays until the client is done.
+	ReadLat   = "read_lat"
+	SendLat   = "send_lat"
+	AtomicLat = "atomic_lat"
 )
 
-var knownTests = []string{WriteBW, ReadBW, SendBW, AtomicBW, WriteLat}
+var knownTests = []string{WriteBW, ReadBW, SendBW, AtomicBW, WriteLat, ReadLat, SendLat, AtomicLat}
+
+// isLat reports whether name is a latency test (one QP, ib_write_lat's
+// exchange).
+func isLat(name string) bool {
+	return name == WriteLat || name == ReadLat || name == SendLat || name == AtomicLat
+}
 
 // Test describes the local test. perftest never sends it; it selects the
 // message sequence (which differs between perftest programs and options) and,
 // when the peer is ibex too, is exchanged and compared (see the package
 // documentation).
 type Test struct {
-	Name     string // WriteBW, ReadBW, SendBW, AtomicBW or WriteLat
+	Name     string // WriteBW, ReadBW, SendBW, AtomicBW, WriteLat (ibex also: ReadLat, SendLat, AtomicLat)
 	Conn     string // connection type: "RC" (the zero value means RC), "UC", "UD"
 	Size     uint64 // -s: message size (ignored when AllSizes)
 	AllSizes bool   // -a: run sizes 2..2^23

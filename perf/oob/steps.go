@@ -115,7 +115,7 @@ func (c *Conn) ExchangeDests(ctx context.Context, local []Dest) ([]Dest, error) 
 	if len(local) == 0 || len(local) > maxQPs {
 		return nil, c.errorf("ExchangeDests", wrapf(ErrInvalid, "%d dests: want 1..%d", len(local), maxQPs))
 	}
-	if c.local.Test.Name == WriteLat && len(local) != 1 {
+	if isLat(c.local.Test.Name) && len(local) != 1 {
 		return nil, c.errorf("ExchangeDests", wrapf(ErrInvalid, "%d dests: perftest's latency tests use one QP", len(local)))
 	}
 	if q := c.local.Test.QPs; q != 0 && q != len(local) {
@@ -133,7 +133,7 @@ func (c *Conn) ExchangeDests(ctx context.Context, local []Dest) ([]Dest, error) 
 	remote := make([]Dest, len(local))
 	var lead Dest
 	err := c.do(ctx, step, func() error {
-		if c.local.Test.Name == WriteLat {
+		if isLat(c.local.Test.Name) {
 			var err error
 			if lead, err = c.handShake(keys[0], "dest of QP 0 (the exchange before the QP loop)"); err != nil {
 				return err
@@ -150,7 +150,7 @@ func (c *Conn) ExchangeDests(ctx context.Context, local []Dest) ([]Dest, error) 
 	if err != nil {
 		return nil, err
 	}
-	if c.local.Test.Name == WriteLat && lead != remote[0] {
+	if isLat(c.local.Test.Name) && lead != remote[0] {
 		return nil, c.fail(step, desync("QP 0", lead, remote[0]))
 	}
 	seen := make(map[uint32]int, len(remote))
@@ -222,7 +222,7 @@ func (c *Conn) StartRun(ctx context.Context) error {
 		return err
 	}
 	t := c.local.Test
-	if t.Name == SendBW || (t.Duplex && t.Name != WriteLat) {
+	if t.Name == SendBW || (t.Duplex && !isLat(t.Name)) {
 		return c.do(ctx, "ctx_hand_shake", func() error { return c.sync("before the run") })
 	}
 	return nil
@@ -284,7 +284,7 @@ func (c *Conn) Finish(ctx context.Context, local Report) (remote Report, err err
 	if t.Name == WriteLat {
 		return Report{}, c.Close()
 	}
-	if !t.Duplex && t.Name != SendBW {
+	if !t.Duplex && t.Name != SendBW && !isLat(t.Name) {
 		if err := c.do(ctx, "ctx_hand_shake", func() error { return c.sync("at the end of the test") }); err != nil {
 			return Report{}, err
 		}

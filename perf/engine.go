@@ -1,0 +1,542 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ibex-rdma/ibex/perf/oob"
+	"github.com/ibex-rdma/ibex/verbs"
+)
+
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
+
+// outReads is max_rd_atomic and max_dest_rd_atomic (perftest's -o
+// default, "Outstand reads : 16").
+const outReads = 16
+
+// rxDepth is the receives kept posted per QP in SEND tests.
+const rxDepth = 512
+
+const allAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+
+// session is one connected run: verbs resources on this side, the peer's
+// dests, and the control connection.
+type session struct {
+	cfg    Config
+	server bool
+	conn   *oob.Conn
+
+	vc       *verbs.Context
+	pd       *verbs.PD
+	scq      *verbs.CQ
+	rcq      *verbs.CQ
+	qps      []*verbs.QP
+	mrs      []*verbs.MR
+	byQPN    map[uint32]int
+	half     int // receive region offset in each buffer
+	local    []oob.Dest
+	remote   []oob.Dest
+	port     verbs.PortAttr
+	wcs      []verbs.WC
+	recvWR   []verbs.RecvWR
+	peerIbex bool
+	lastT    int64
+}
+
+func (s *session) close() error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, qp := range s.qps {
+		keep(qp.Destroy())
+	}
+	for _, mr := range s.mrs {
+		keep(mr.Dereg())
+	}
+	if s.scq != nil {
+		keep(s.scq.Destroy())
+	}
+	if s.rcq != nil {
+		keep(s.rcq.Destroy())
+	}
+	if s.pd != nil {
+		keep(s.pd.Dealloc())
+	}
+	if s.vc != nil {
+		keep(s.vc.Close())
+	}
+	return first
+}
+
+// open opens the device.
+func (s *session) open() error {
+	var err error
+	if s.vc, err = verbs.Open(s.cfg.Device); err != nil {
+		return fmt.Errorf("perf: open device %q: %w", s.cfg.Device, err)
+	}
+	s.port, err = s.vc.QueryPort(1)
+	return err
+}
+
+// setup creates the QPs and buffers, exchanges dests, connects with the
+// agreed MTU, and tells the peer it is ready.
+func (s *session) setup(ctx context.Context, mtuBytes int) error {
+	c := s.cfg
+	var err error
+	if s.pd, err = s.vc.AllocPD(); err != nil {
+		return err
+	}
+	sq := max(c.TxDepth, 64)
+	if s.scq, err = s.vc.CreateCQ(sq*c.QPs + 16); err != nil {
+		return err
+	}
+	if s.rcq, err = s.vc.CreateCQ(rxDepth*c.QPs + 16); err != nil {
+		return err
+	}
+	buf := c.bufSize()
+	s.half = buf
+	s.byQPN = map[uint32]int{}
+	for q := range c.QPs {
+		mr, err := s.pd.AllocMR(2*buf, allAccess)
+		if err != nil {
+			return fmt.Errorf("perf: buffer of %d bytes: %w", 2*buf, err)
+		}
+		s.mrs = append(s.mrs, mr)
+		qp, err := s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq,
+			Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return err
+		}
+		s.qps = append(s.qps, qp)
+		s.byQPN[qp.Num()] = q
+		info := qp.Info()
+		s.local = append(s.local, oob.Dest{LID: s.port.LID, OutReads: outReads, QPN: qp.Num(), PSN: info.PSN,
+			RKey: mr.RKey(), VAddr: mr.Addr(), GID: s.port.GID})
+	}
+	s.wcs = make([]verbs.WC, 64)
+	s.recvWR = make([]verbs.RecvWR, 1)
+	s.recvWR[0].SGL = make([]verbs.SGE, 1)
+
+	dctx, cancel := s.deadline(ctx)
+	s.remote, err = s.conn.ExchangeDests(dctx, s.local)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("perf: exchange with the peer: %w", err)
+	}
+	if len(s.remote) != c.QPs {
+		return fmt.Errorf("perf: the peer has %d QPs, we have %d (-q must match)", len(s.remote), c.QPs)
+	}
+	opt := verbs.ConnectOptions{Set: verbs.AttrMaxQPRdAtomic | verbs.AttrMaxDestRdAtomic,
+		Attr: verbs.QPAttr{MaxQPRdAtomic: outReads, MaxDestRdAtomic: outReads}}
+	if dev := s.vc.QueryDevice(); dev.MaxQPRdAtom < outReads || dev.MaxQPInitRdAtom < outReads {
+		opt = verbs.ConnectOptions{}
+	}
+	for q, qp := range s.qps {
+		r := s.remote[q]
+		ci := verbs.ConnInfo{QPN: r.QPN, PSN: r.PSN & 0xffffff, GID: r.GID, LID: r.LID, MTU: mtuOf(mtuBytes, s.port.ActiveMTU)}
+		if err := qp.Connect(ci, opt); err != nil {
+			return fmt.Errorf("perf: connect qp %d to the peer's %#x: %w", q, r.QPN, err)
+		}
+	}
+	if c.Test.verb() == "send" {
+		for q := range s.qps {
+			for range rxDepth {
+				if err := s.postRecv(q, s.cfg.bufSize()); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	rctx, cancel := s.deadline(ctx)
+	defer cancel()
+	if err := s.conn.Ready(rctx); err != nil {
+		return fmt.Errorf("perf: the peer did not get ready: %w", err)
+	}
+	return nil
+}
+
+// mtuOf is the verbs MTU for a byte count, at most the port's.
+func mtuOf(n int, port verbs.MTU) verbs.MTU {
+	for _, m := range []verbs.MTU{verbs.MTU4096, verbs.MTU2048, verbs.MTU1024, verbs.MTU512, verbs.MTU256} {
+		if m.Bytes() <= n && m <= port {
+			return m
+		}
+	}
+	return verbs.MTU256
+}
+
+// deadline bounds one exchange with the peer by the timeout.
+func (s *session) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.Timeout)
+}
+
+func (s *session) postRecv(q, size int) error {
+	mr := s.mrs[q]
+	s.recvWR[0].SGL[0] = verbs.SGE{Addr: mr.Addr() + uint64(s.half), Length: uint32(size), LKey: mr.LKey()}
+	return s.qps[q].PostRecv(s.recvWR)
+}
+
+// watchdog turns a peer that stops answering into an error.
+type watchdog struct {
+	limit int64
+	last  int64
+	spins int
+}
+
+func (w *watchdog) reset() { w.last, w.spins = nanotime(), 0 }
+
+func (w *watchdog) expired() bool {
+	w.spins++
+	if w.spins&1023 != 0 {
+		return false
+	}
+	return nanotime()-w.last > w.limit
+}
+
+func (s *session) newWatchdog() *watchdog {
+	w := &watchdog{limit: int64(s.cfg.Timeout)}
+	w.reset()
+	return w
+}
+
+func wcErr(s *session, wc verbs.WC) error {
+	q, ok := s.byQPN[wc.QPNum]
+	cause := ""
+	if ok {
+		if err := s.qps[q].Err(); err != nil {
+			cause = ": " + err.Error()
+		}
+	}
+	return fmt.Errorf("perf: completion %v%s", wc, cause)
+}
+
+// run runs one size and returns the result (ok false: nothing to report
+// on this side).
+func (s *session) run(ctx context.Context, size int) (Result, bool, error) {
+	c := s.cfg
+	switch {
+	case !s.server && !c.Test.Latency():
+		r, err := s.bwClient(size)
+		return r, err == nil, err
+	case s.server && c.Test == SendBW:
+		r, err := s.sendBWServer(size)
+		return r, err == nil, err
+	case c.Test == WriteLat || c.Test == SendLat:
+		r, err := s.pingPong(size)
+		return r, err == nil, err
+	case !s.server && (c.Test == ReadLat || c.Test == AtomicLat):
+		r, err := s.rdAtomicLat(size)
+		return r, err == nil, err
+	}
+	return Result{}, false, nil // passive server side
+}
+
+func (s *session) sendWR(q, size int) verbs.SendWR {
+	mr, r := s.mrs[q], s.remote[q]
+	wr := verbs.SendWR{SGL: []verbs.SGE{{Addr: mr.Addr(), Length: uint32(size), LKey: mr.LKey()}},
+		RemoteAddr: r.VAddr + uint64(s.half), RKey: r.RKey}
+	switch s.cfg.Test.verb() {
+	case "write":
+		wr.Opcode = verbs.WRRDMAWrite
+	case "read":
+		wr.Opcode = verbs.WRRDMARead
+		wr.RemoteAddr = r.VAddr
+		wr.SGL[0].Addr = mr.Addr() + uint64(s.half)
+	case "send":
+		wr.Opcode = verbs.WRSend
+	default:
+		wr.Opcode, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, 1
+		wr.RemoteAddr = r.VAddr
+		wr.SGL[0].Addr, wr.SGL[0].Length = mr.Addr()+uint64(s.half), 8
+	}
+	return wr
+}
+
+// bwClient streams requests on every QP, tx depth outstanding each, every
+// cqMod-th signaled (its wr_id counts the QP's requests so far).
+func (s *session) bwClient(size int) (Result, error) {
+	c := s.cfg
+	n := len(s.qps)
+	cqm := min(cqMod, c.TxDepth)
+	wrs := make([][]verbs.SendWR, n)
+	for q := range n {
+		wrs[q] = []verbs.SendWR{s.sendWR(q, size)}
+	}
+	posted, done := make([]int, n), make([]int, n)
+	dur := c.Duration > 0
+	marks := make([]mark, 0, c.Iters*n/cqm+n+4)
+	wd := s.newWatchdog()
+	start := nanotime()
+	end := start + int64(c.Duration)
+	stop, total, last := false, 0, start
+	for {
+		if dur && !stop && nanotime() > end {
+			stop = true
+		}
+		for q := range n {
+			for posted[q]-done[q] < c.TxDepth {
+				more := (dur && !stop) || (!dur && posted[q] < c.Iters)
+				flush := dur && stop && posted[q]%cqm != 0 // end on a signaled one
+				if !more && !flush {
+					break
+				}
+				posted[q]++
+				w := &wrs[q][0]
+				w.Flags, w.ID = 0, uint64(posted[q])
+				if posted[q]%cqm == 0 || (!dur && posted[q] == c.Iters) || flush {
+					w.Flags = verbs.SendSignaled
+				}
+				if err := s.qps[q].PostSend(wrs[q]); err != nil {
+					return Result{}, fmt.Errorf("perf: post: %w", err)
+				}
+			}
+		}
+		k, err := s.scq.Poll(s.wcs)
+		if err != nil {
+			return Result{}, err
+		}
+		if k > 0 {
+			wd.reset()
+			last = nanotime()
+		}
+		for _, wc := range s.wcs[:k] {
+			if wc.Status != verbs.WCSuccess {
+				return Result{}, wcErr(s, wc)
+			}
+			q := s.byQPN[wc.QPNum]
+			total += int(wc.WRID) - done[q]
+			done[q] = int(wc.WRID)
+			marks = append(marks, mark{ops: total, ns: last - start})
+		}
+		finished := true
+		for q := range n {
+			if done[q] != posted[q] || (!dur && done[q] < c.Iters) || (dur && !stop) {
+				finished = false
+			}
+		}
+		if finished {
+			return bwResult(c.Test, size, total, last-start, marks, c.Gbits), nil
+		}
+		if k == 0 && wd.expired() {
+			return Result{}, fmt.Errorf("perf: no completion for %v (%d of %d requests done): the peer stopped answering", c.Timeout, total, c.Iters*n)
+		}
+	}
+}
+
+// sendBWServer receives the client's SENDs, reposting receives, until it
+// has all of them (or, with -D, until the client reaches the barrier).
+func (s *session) sendBWServer(size int) (Result, error) {
+	c := s.cfg
+	want := c.Iters * len(s.qps)
+	got, start, last := 0, int64(0), int64(0)
+	marks := make([]mark, 0, want/cqMod+4)
+	wd := s.newWatchdog()
+	end := nanotime() + int64(c.Duration)
+	for (c.Duration == 0 && got < want) || (c.Duration > 0 && nanotime() < end) {
+		k, err := s.rcq.Poll(s.wcs)
+		if err != nil {
+			return Result{}, err
+		}
+		if k == 0 {
+			if wd.expired() {
+				return Result{}, fmt.Errorf("perf: no SEND for %v (%d of %d received): the peer stopped sending", c.Timeout, got, want)
+			}
+			continue
+		}
+		wd.reset()
+		now := nanotime()
+		if start == 0 {
+			start = now
+		}
+		last = now
+		for _, wc := range s.wcs[:k] {
+			if wc.Status != verbs.WCSuccess {
+				return Result{}, wcErr(s, wc)
+			}
+			if err := s.postRecv(s.byQPN[wc.QPNum], c.bufSize()); err != nil {
+				return Result{}, err
+			}
+			got++
+			if got%cqMod == 0 {
+				marks = append(marks, mark{ops: got, ns: now - start})
+			}
+		}
+	}
+	return bwResult(c.Test, size, got, last-start, marks, c.Gbits), nil
+}
+
+// word returns the aligned 32-bit word holding byte off of buf, and the
+// byte's shift in it.
+func word(buf []byte, off int) (*atomic.Uint32, uint) {
+	w := off &^ 3
+	return (*atomic.Uint32)(unsafe.Pointer(&buf[w])), uint(off-w) * 8
+}
+
+// pingPong is write_lat and send_lat: the client sends, the server answers
+// each message, and each side times the round trip; the report is half of
+// it, as perftest's.
+func (s *session) pingPong(size int) (Result, error) {
+	c := s.cfg
+	buf := s.mrs[0].Bytes()
+	wr := []verbs.SendWR{s.sendWR(0, size)}
+	inWord, inShift := word(buf, s.half+size-1)
+	outWord, outShift := word(buf, size-1)
+	samples := make([]int64, 0, c.Iters)
+	wd := s.newWatchdog()
+	end := nanotime() + int64(c.Duration)
+	isWrite := c.Test == WriteLat
+	// Every message is signaled and its completion reaped before the
+	// buffer is written again (perftest's latency tests use cq_mod 1):
+	// the provider may read the buffer until the request completes.
+	post := func(i int) error {
+		v := uint32(i%255 + 1)
+		for {
+			old := outWord.Load()
+			if outWord.CompareAndSwap(old, old&^(0xff<<outShift)|v<<outShift) {
+				break
+			}
+		}
+		wr[0].Flags = verbs.SendSignaled
+		if err := s.qps[0].PostSend(wr); err != nil {
+			return fmt.Errorf("perf: post: %w", err)
+		}
+		return nil
+	}
+	reap := func(i int) error {
+		wd.reset()
+		for {
+			k, err := s.scq.Poll(s.wcs[:1])
+			if err != nil {
+				return err
+			}
+			if k == 1 {
+				if s.wcs[0].Status != verbs.WCSuccess {
+					return wcErr(s, s.wcs[0])
+				}
+				return nil
+			}
+			if wd.expired() {
+				return fmt.Errorf("perf: message %d not completed in %v: the peer stopped answering", i, c.Timeout)
+			}
+		}
+	}
+	await := func(i int) error {
+		wd.reset()
+		if isWrite {
+			v := uint32(i%255 + 1)
+			for (inWord.Load()>>inShift)&0xff != v {
+				if wd.expired() {
+					return fmt.Errorf("perf: no answer to message %d for %v: the peer stopped answering", i, c.Timeout)
+				}
+				if c.Duration > 0 && nanotime() > end {
+					return errStopped
+				}
+			}
+			return nil
+		}
+		for {
+			k, err := s.rcq.Poll(s.wcs[:1])
+			if err != nil {
+				return err
+			}
+			if k == 1 {
+				if s.wcs[0].Status != verbs.WCSuccess {
+					return wcErr(s, s.wcs[0])
+				}
+				return s.postRecv(0, c.bufSize())
+			}
+			if wd.expired() {
+				return fmt.Errorf("perf: no message %d for %v: the peer stopped answering", i, c.Timeout)
+			}
+			if c.Duration > 0 && nanotime() > end {
+				return errStopped
+			}
+		}
+	}
+	for i := 0; ; i++ {
+		if c.Duration == 0 && i == c.Iters {
+			break
+		}
+		if c.Duration > 0 && nanotime() > end {
+			break
+		}
+		if s.server {
+			if err := await(i); err != nil {
+				if err == errStopped {
+					break
+				}
+				return Result{}, err
+			}
+			t0 := nanotime()
+			if err := post(i); err != nil {
+				return Result{}, err
+			}
+			if err := reap(i); err != nil {
+				return Result{}, err
+			}
+			if i > 0 {
+				samples = append(samples, (t0-s.lastT)/2)
+			}
+			s.lastT = t0
+			continue
+		}
+		t0 := nanotime()
+		if err := post(i); err != nil {
+			return Result{}, err
+		}
+		if err := await(i); err != nil {
+			if err == errStopped {
+				break
+			}
+			return Result{}, err
+		}
+		samples = append(samples, (nanotime()-t0)/2)
+		if err := reap(i); err != nil {
+			return Result{}, err
+		}
+	}
+	return latResult(c.Test, size, samples), nil
+}
+
+var errStopped = fmt.Errorf("perf: the peer ended the test")
+
+// rdAtomicLat is read_lat and atomic_lat: one request at a time, timed to
+// its completion (a full round trip).
+func (s *session) rdAtomicLat(size int) (Result, error) {
+	c := s.cfg
+	wr := []verbs.SendWR{s.sendWR(0, size)}
+	wr[0].Flags = verbs.SendSignaled
+	samples := make([]int64, 0, c.Iters)
+	wd := s.newWatchdog()
+	end := nanotime() + int64(c.Duration)
+	for i := 0; (c.Duration == 0 && i < c.Iters) || (c.Duration > 0 && nanotime() < end); i++ {
+		t0 := nanotime()
+		if err := s.qps[0].PostSend(wr); err != nil {
+			return Result{}, fmt.Errorf("perf: post: %w", err)
+		}
+		wd.reset()
+		for {
+			k, err := s.scq.Poll(s.wcs[:1])
+			if err != nil {
+				return Result{}, err
+			}
+			if k == 1 {
+				if s.wcs[0].Status != verbs.WCSuccess {
+					return Result{}, wcErr(s, s.wcs[0])
+				}
+				break
+			}
+			if wd.expired() {
+				return Result{}, fmt.Errorf("perf: request %d not completed in %v: the peer stopped answering", i, c.Timeout)
+			}
+		}
+		samples = append(samples, nanotime()-t0)
+	}
+	return latResult(c.Test, size, samples), nil
+}

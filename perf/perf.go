@@ -1,0 +1,220 @@
+// Package perf is ibex's perftest: the eight benchmarks of linux-rdma's
+// perftest (ib_write_bw, ib_write_lat, ib_read_bw, ib_read_lat,
+// ib_send_bw, ib_send_lat, ib_atomic_bw, ib_atomic_lat) over any verbs
+// provider, with perftest's flags, defaults, output and — through
+// perf/oob — its out-of-band TCP exchange, so one end may be the real
+// perftest.
+//
+// A server (no peer named) listens, serves one client after another and
+// keeps serving; a client connects, runs the test and prints the report.
+// Bandwidth tests drive traffic from the client; the server of
+// write/read/atomic is passive, as in perftest, and the server of send_bw
+// receives and reports too. Latency of SEND and WRITE is half a round
+// trip (ping-pong), of READ and atomics a full one.
+package perf
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Test names one benchmark.
+type Test int
+
+// The eight tests.
+const (
+	WriteBW Test = iota
+	WriteLat
+	ReadBW
+	ReadLat
+	SendBW
+	SendLat
+	AtomicBW
+	AtomicLat
+)
+
+var testNames = [...]string{"write_bw", "write_lat", "read_bw", "read_lat", "send_bw", "send_lat", "atomic_bw", "atomic_lat"}
+
+func (t Test) String() string {
+	if int(t) < len(testNames) {
+		return testNames[t]
+	}
+	return fmt.Sprintf("test(%d)", int(t))
+}
+
+// ParseTest accepts write_bw, ib_write_bw, ... .
+func ParseTest(s string) (Test, error) {
+	s = strings.TrimPrefix(s, "ib_")
+	for i, n := range testNames {
+		if n == s {
+			return Test(i), nil
+		}
+	}
+	return 0, fmt.Errorf("perf: unknown test %q: want one of %s", s, strings.Join(testNames[:], ", "))
+}
+
+// Tests lists every test.
+func Tests() []Test {
+	return []Test{WriteBW, WriteLat, ReadBW, ReadLat, SendBW, SendLat, AtomicBW, AtomicLat}
+}
+
+// Latency reports whether t is a latency test.
+func (t Test) Latency() bool { return t == WriteLat || t == ReadLat || t == SendLat || t == AtomicLat }
+
+func (t Test) verb() string {
+	switch t {
+	case WriteBW, WriteLat:
+		return "write"
+	case ReadBW, ReadLat:
+		return "read"
+	case SendBW, SendLat:
+		return "send"
+	}
+	return "atomic"
+}
+
+// title is perftest's banner line.
+func (t Test) title() string {
+	kind := "BW"
+	if t.Latency() {
+		kind = "Latency"
+	}
+	switch t.verb() {
+	case "write":
+		return "RDMA_Write " + kind + " Test"
+	case "read":
+		return "RDMA_Read " + kind + " Test"
+	case "send":
+		return "Send " + kind + " Test"
+	}
+	return "Atomic FETCH_AND_ADD " + kind + " Test"
+}
+
+// Config is one run's settings: perftest's flags. Zero values take
+// perftest's defaults.
+type Config struct {
+	Test     Test
+	Device   string        // -d; "" opens the first device
+	Size     int           // -s; default 65536 (bandwidth) or 2 (latency); atomics 8
+	Iters    int           // -n; default 5000 (bandwidth) or 1000 (latency)
+	All      bool          // -a: sizes 2 B to 8 MiB (atomics: 8 B only)
+	Duration time.Duration // -D: run for this long instead of -n iterations
+	QPs      int           // -q; default 1
+	TxDepth  int           // -t; default 128 (bandwidth) or 1 (latency)
+	Port     int           // -p; default 18515
+	Gbits    bool          // --report_gbits
+	Peer     string        // the server's address: client mode; "" is server mode
+	Timeout  time.Duration // bounds connecting and every exchange; default 10 s
+}
+
+// Defaults perftest uses.
+const (
+	DefaultPort    = 18515
+	defaultBWSize  = 65536
+	defaultLatSize = 2
+	defaultBWIters = 5000
+	defaultLatIter = 1000
+	defaultTx      = 128
+	cqMod          = 100
+	maxAllSize     = 8 << 20
+)
+
+// withDefaults fills the zero fields and validates the rest, naming the
+// bad flag.
+func (c Config) withDefaults() (Config, error) {
+	if c.Test < WriteBW || c.Test > AtomicLat {
+		return c, fmt.Errorf("perf: unknown test %d", c.Test)
+	}
+	if c.Size == 0 {
+		c.Size = defaultBWSize
+		if c.Test.Latency() {
+			c.Size = defaultLatSize
+		}
+	}
+	if c.Test.verb() == "atomic" {
+		if c.Size != 8 && c.Size != defaultBWSize && c.Size != defaultLatSize {
+			return c, fmt.Errorf("perf: -s %d: atomic tests move 8 bytes", c.Size)
+		}
+		c.Size = 8
+	}
+	if c.Iters == 0 {
+		c.Iters = defaultBWIters
+		if c.Test.Latency() {
+			c.Iters = defaultLatIter
+		}
+	}
+	if c.QPs == 0 {
+		c.QPs = 1
+	}
+	if c.TxDepth == 0 {
+		c.TxDepth = defaultTx
+		if c.Test.Latency() {
+			c.TxDepth = 1
+		}
+	}
+	if c.Port == 0 {
+		c.Port = DefaultPort
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	switch {
+	case c.Size < 1 || c.Size > 1<<30:
+		return c, fmt.Errorf("perf: -s %d: size must be 1 B to 1 GiB", c.Size)
+	case c.Iters < 2:
+		return c, fmt.Errorf("perf: -n %d: at least 2 iterations", c.Iters)
+	case c.QPs < 1 || c.QPs > 1024:
+		return c, fmt.Errorf("perf: -q %d: 1 to 1024 QPs", c.QPs)
+	case c.TxDepth < 1 || c.TxDepth > 8192:
+		return c, fmt.Errorf("perf: -t %d: tx depth 1 to 8192", c.TxDepth)
+	case c.Port < 1 || c.Port > 65535:
+		return c, fmt.Errorf("perf: -p %d: not a TCP port", c.Port)
+	case c.Duration < 0:
+		return c, fmt.Errorf("perf: -D %v: negative duration", c.Duration)
+	case c.Test.Latency() && c.QPs > 1:
+		return c, fmt.Errorf("perf: -q %d: latency tests use one QP, as perftest", c.QPs)
+	}
+	return c, nil
+}
+
+// sizes lists the message sizes of a run.
+func (c Config) sizes() []int {
+	if !c.All || c.Test.verb() == "atomic" {
+		return []int{c.Size}
+	}
+	var s []int
+	for n := 2; n <= maxAllSize; n *= 2 {
+		s = append(s, n)
+	}
+	return s
+}
+
+// bufSize is the registered buffer per QP.
+func (c Config) bufSize() int {
+	n := 0
+	for _, s := range c.sizes() {
+		n = max(n, s)
+	}
+	return max((n+63)&^63, 64)
+}
+
+// Result is one line of the report.
+type Result struct {
+	Test  string `json:"test"`
+	Bytes int    `json:"bytes"`
+	Iters int    `json:"iterations"`
+	// Bandwidth tests.
+	BWPeak  float64 `json:"bw_peak,omitempty"`    // MiB/s (Gb/s with Gbits)
+	BWAvg   float64 `json:"bw_average,omitempty"` // MiB/s (Gb/s with Gbits)
+	MsgRate float64 `json:"msg_rate_mpps,omitempty"`
+	Unit    string  `json:"bw_unit,omitempty"`
+	// Latency tests, microseconds.
+	TMin     float64 `json:"t_min_us,omitempty"`
+	TMax     float64 `json:"t_max_us,omitempty"`
+	TTypical float64 `json:"t_typical_us,omitempty"`
+	TAvg     float64 `json:"t_avg_us,omitempty"`
+	TStdev   float64 `json:"t_stdev_us,omitempty"`
+	P99      float64 `json:"p99_us,omitempty"`
+	P999     float64 `json:"p99_9_us,omitempty"`
+}
