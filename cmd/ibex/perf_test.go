@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -284,5 +285,102 @@ func TestPerfErrors(t *testing.T) {
 	out, err = runClient(t, nil, "write_bw", "-d", "shm0", "-p", port, "127.0.0.1")
 	if err != nil {
 		t.Fatalf("after mismatches: %v\n%s\nserver: %s", err, out, srv.out.String())
+	}
+}
+
+// TestPerfNetns runs write_bw and write_lat over RoCEv2/UDP between two
+// network namespaces joined by a veth pair: the server in a new namespace,
+// the client in this one.
+func TestPerfNetns(t *testing.T) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("cannot create network namespaces: the ip command (iproute2) is not installed")
+	}
+	ns := fmt.Sprintf("ibexperf%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Skipf("cannot create network namespaces here: ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	va, vb := fmt.Sprintf("ipfa%d", os.Getpid()%100000), fmt.Sprintf("ipfb%d", os.Getpid()%100000)
+	sub := 150 + os.Getpid()%50
+	ipA, ipB := fmt.Sprintf("10.%d.88.1", sub), fmt.Sprintf("10.%d.88.2", sub)
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("ip", "link", "add", va, "type", "veth", "peer", "name", vb)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", va).Run() })
+	run("ip", "link", "set", vb, "netns", ns)
+	run("ip", "addr", "add", ipA+"/24", "dev", va)
+	run("ip", "link", "set", va, "up")
+	run("ip", "netns", "exec", ns, "ip", "addr", "add", ipB+"/24", "dev", vb)
+	run("ip", "netns", "exec", ns, "ip", "link", "set", vb, "up")
+	run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+
+	for _, test := range []string{"write_bw", "write_lat"} {
+		t.Run(test, func(t *testing.T) {
+			port := strconv.Itoa(freePort(t))
+			args := []string{"perf", test, "-d", "udp0", "-p", port, "-n", "500"}
+			srv := &server{out: &syncBuffer{}}
+			srv.cmd = exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^$")
+			srv.cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"), "IBEX_UDP_ADDR="+ipB)
+			srv.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			srv.cmd.Stdout, srv.cmd.Stderr = srv.out, srv.out
+			if err := srv.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = srv.cmd.Process.Kill()
+				_ = srv.cmd.Wait()
+			})
+			out, err := runClient(t, []string{"IBEX_UDP_ADDR=" + ipA}, test, "-d", "udp0", "-p", port, "-n", "500", ipB)
+			if err != nil {
+				t.Fatalf("client: %v\n%s\nserver:\n%s", err, out, srv.out.String())
+			}
+			latency := strings.HasSuffix(test, "_lat")
+			size, n := 65536, 500
+			if latency {
+				size, n = 2, 0
+			}
+			for _, row := range parseReport(t, out, latency) {
+				checkRow(t, row, latency, size, n)
+			}
+			if !strings.Contains(out, "Mtu             : 1024[B]") {
+				t.Errorf("a 1500-byte veth should give MTU 1024:\n%s", out)
+			}
+			t.Logf("\n%s", out)
+		})
+	}
+}
+
+// TestPerfDurationAndPlot: -D runs for a time instead of a count, and
+// --plot draws the sweep.
+func TestPerfDurationAndPlot(t *testing.T) {
+	port := strconv.Itoa(freePort(t))
+	startServer(t, nil, "send_lat", "-d", "shm0", "-p", port, "-D", "1")
+	out, err := runClient(t, nil, "send_lat", "-d", "shm0", "-p", port, "-D", "1", "127.0.0.1")
+	if err != nil {
+		t.Fatalf("-D: %v\n%s", err, out)
+	}
+	for _, row := range parseReport(t, out, true) {
+		checkRow(t, row, true, 2, 0)
+		if row[1] < 1000 {
+			t.Fatalf("1 s of send_lat on shm0 made only %v round trips", row[1])
+		}
+	}
+	port = strconv.Itoa(freePort(t))
+	startServer(t, nil, "read_bw", "-d", "shm0", "-p", port, "-n", "50", "-a")
+	png := filepath.Join(t.TempDir(), "read_bw.png")
+	out, err = runClient(t, nil, "read_bw", "-d", "shm0", "-p", port, "-n", "50", "-a", "--plot", png, "127.0.0.1")
+	if err != nil {
+		t.Fatalf("--plot: %v\n%s", err, out)
+	}
+	if rows := parseReport(t, out, false); len(rows) != 23 {
+		t.Fatalf("-a gave %d sizes, want 23 (2 B to 8 MiB)", len(rows))
+	}
+	b, err := os.ReadFile(png)
+	if err != nil || len(b) < 1000 || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Fatalf("plot file: %d bytes, %v", len(b), err)
 	}
 }
