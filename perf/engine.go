@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ibex-rdma/ibex/perf/oob"
 	"github.com/ibex-rdma/ibex/verbs"
 )
@@ -191,11 +193,15 @@ type watchdog struct {
 
 func (w *watchdog) reset() { w.last, w.spins = nanotime(), 0 }
 
+// expired is called on every empty poll. Every 256th it also yields the
+// CPU: on a machine with as many busy threads as cores, a provider's
+// progress thread (udp) needs this core to deliver what we wait for.
 func (w *watchdog) expired() bool {
 	w.spins++
-	if w.spins&1023 != 0 {
+	if w.spins&255 != 0 {
 		return false
 	}
+	_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	return nanotime()-w.last > w.limit
 }
 
