@@ -46,6 +46,8 @@ type CQ struct {
 
 	waiters atomic.Int32
 	notify  chan struct{}
+
+	progress Progresser // the driver, when it can progress in Poll
 }
 
 // CreateCQ creates a completion queue that holds depth completions. When a
@@ -59,7 +61,18 @@ func (c *Context) CreateCQ(depth int) (*CQ, error) {
 	if err := c.count(&c.ncq, 1, c.attr.MaxCQ, "create cq"); err != nil {
 		return nil, err
 	}
-	return &CQ{ctx: c, id: randKey() & 0xffffff, depth: depth, ring: make([]WC, depth), notify: make(chan struct{}, 1)}, nil
+	cq := &CQ{ctx: c, id: randKey() & 0xffffff, depth: depth, ring: make([]WC, depth), notify: make(chan struct{}, 1)}
+	cq.progress, _ = c.drv.(Progresser)
+	return cq, nil
+}
+
+// Progresser is implemented by a Driver whose transport can make progress
+// in the caller's goroutine (shared memory: serve the rings). Poll calls
+// Progress when it finds the CQ empty, so an application that polls drives
+// the transport itself, as with libibverbs' software providers, instead
+// of waiting for the provider's own goroutine to wake.
+type Progresser interface {
+	Progress()
 }
 
 // Depth is the number of completions the CQ holds.
@@ -69,6 +82,15 @@ func (cq *CQ) Depth() int { return cq.depth }
 // never blocks and allocates nothing. After an overflow, Poll returns the
 // completions still queued and then ErrCQOverflow.
 func (cq *CQ) Poll(wc []WC) (int, error) {
+	n, err := cq.poll(wc)
+	if n == 0 && err == nil && cq.progress != nil && len(wc) > 0 {
+		cq.progress.Progress()
+		n, err = cq.poll(wc)
+	}
+	return n, err
+}
+
+func (cq *CQ) poll(wc []WC) (int, error) {
 	cq.mu.Lock()
 	n := 0
 	for n < len(wc) && cq.n > 0 {

@@ -17,6 +17,7 @@ import (
 //	0      node header: magic, version, pid, node number
 //	64     doorbell (futex word), on its own cache line
 //	128    sleeping flag: the node's progress loop is (about to be) asleep
+//	192    last poll: when an application thread last drove progress
 //	4096   ready bits, one per QP slot: "look at this QP's peer half"
 //	8192   key table: maxMR entries of 64 bytes
 //	1 MiB  allocatable: QP halves and AllocMR memory
@@ -26,6 +27,7 @@ const (
 	offNode     = 12
 	offDoorbell = 64
 	offSleeping = 128
+	offPolled   = 192 // CLOCK_MONOTONIC ns of the last application poll (Progress)
 	offReady    = 4096
 	offKeys     = 8192
 	poolStart   = 1 << 20

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	_ "unsafe" // go:linkname
 
 	"github.com/ibex-rdma/ibex/internal/shmem"
 	"github.com/ibex-rdma/ibex/verbs"
@@ -291,6 +292,12 @@ func (n *node) progress() {
 			return
 		default:
 		}
+		if time.Duration(nanotime()-int64(n.m.u64(offPolled).Load())) < pollFresh {
+			// An application thread is polling and serves the rings
+			// itself: stay out of its way (and off its locks).
+			shmem.FutexWait(n.doorbell, n.doorbell.Load(), pollSleep)
+			continue
+		}
 		if n.serveReady() {
 			idleSince = time.Time{}
 			continue
@@ -308,7 +315,11 @@ func (n *node) progress() {
 			n.sleeping.Store(0)
 			continue
 		}
-		shmem.FutexWait(n.doorbell, v, sleepFor)
+		d := sleepFor
+		if time.Duration(nanotime()-int64(n.m.u64(offPolled).Load())) < pollFresh+pollSleep {
+			d = pollSleep
+		}
+		shmem.FutexWait(n.doorbell, v, d)
 		n.sleeping.Store(0)
 		idleSince = time.Time{}
 	}
@@ -427,3 +438,23 @@ func (n *node) qpsOf(p *peer, fn func(*qpDriver)) {
 		}
 	}
 }
+
+// Progress serves ready QPs in the caller's goroutine (verbs calls it from
+// an empty CQ poll): a polling application moves its own messages and
+// acks without waiting for the progress goroutine to wake.
+func (n *node) Progress() {
+	n.m.u64(offPolled).Store(uint64(nanotime()))
+	n.serveReady()
+}
+
+// pollFresh is how recent an application poll must be for producers to
+// count the node as awake and skip the futex wake: the poller will find
+// the work. pollSleep bounds the progress goroutine's sleep meanwhile, in
+// case the application stops polling right then.
+const (
+	pollFresh = 20 * time.Microsecond
+	pollSleep = 200 * time.Microsecond
+)
+
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
