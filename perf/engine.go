@@ -2,6 +2,7 @@ package perf
 
 import (
 	"context"
+	"runtime"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -201,6 +202,7 @@ func (w *watchdog) expired() bool {
 	if w.spins&255 != 0 {
 		return false
 	}
+	runtime.Gosched()
 	_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	return nanotime()-w.last > w.limit
 }
