@@ -2,8 +2,8 @@ package perf
 
 import (
 	"context"
-	"runtime"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
