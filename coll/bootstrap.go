@@ -1,0 +1,415 @@
+package coll
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// UniqueID names one communicator's rendezvous, like ncclUniqueId: the
+// root's TCP address and a random magic that every rank must present. Rank
+// 0 creates it (NewUniqueID) and hands its String to every rank out of
+// band; Bootstrap at rank 0 listens on it.
+type UniqueID struct {
+	Addr  string   // host:port of the rendezvous (rank 0)
+	Magic [16]byte // random; a connection without it is refused
+}
+
+// NewUniqueID makes an ID for a rendezvous at addr (host:port; port 0
+// is not allowed: every rank must know it).
+func NewUniqueID(addr string) (UniqueID, error) {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" || port == "" {
+		return UniqueID{}, fmt.Errorf("coll: unique id: address %q: want host:port with a fixed port", addr)
+	}
+	id := UniqueID{Addr: addr}
+	if _, err := rand.Read(id.Magic[:]); err != nil {
+		return UniqueID{}, fmt.Errorf("coll: unique id: %w", err)
+	}
+	return id, nil
+}
+
+// String is the ID's portable form: hex magic '@' address.
+func (id UniqueID) String() string { return hex.EncodeToString(id.Magic[:]) + "@" + id.Addr }
+
+// ParseUniqueID reads String's form.
+func ParseUniqueID(s string) (UniqueID, error) {
+	m, addr, ok := strings.Cut(s, "@")
+	var id UniqueID
+	b, err := hex.DecodeString(m)
+	if !ok || err != nil || len(b) != len(id.Magic) {
+		return id, fmt.Errorf("coll: unique id %q: want 32 hex digits, '@', host:port", s)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return id, fmt.Errorf("coll: unique id %q: address: %w", s, err)
+	}
+	copy(id.Magic[:], b)
+	id.Addr = addr
+	return id, nil
+}
+
+// Env is a rank's place in a job, as a launcher describes it.
+type Env struct {
+	Rank, Size, LocalRank int
+	// Addr is the rendezvous (host:port): MASTER_ADDR:MASTER_PORT under
+	// torchrun; IBEX_RENDEZVOUS (or the flag given to FromEnv) otherwise.
+	Addr     string
+	Launcher string // "torchrun", "slurm", "openmpi", "mpich", "ibex"
+}
+
+// FromEnv reads the launcher's environment: torchrun (RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI (OMPI_COMM_WORLD_RANK,
+// _SIZE, _LOCAL_RANK), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)
+// or MPICH (PMI_RANK, PMI_SIZE), in that order. Except under torchrun the
+// rendezvous address comes from rendezvous, else IBEX_RENDEZVOUS.
+func FromEnv(getenv func(string) string, rendezvous string) (Env, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if rendezvous == "" {
+		rendezvous = getenv("IBEX_RENDEZVOUS")
+	}
+	type source struct {
+		name              string
+		rank, size, local string
+		needAddr          bool
+		addrFromMaster    bool
+	}
+	for _, s := range []source{
+		{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", false, true},
+		{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", true, false},
+		{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", true, false},
+		{"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", true, false},
+	} {
+		if getenv(s.rank) == "" || getenv(s.size) == "" {
+			continue
+		}
+		e := Env{Launcher: s.name}
+		var err error
+		if e.Rank, err = envInt(getenv, s.rank); err != nil {
+			return e, err
+		}
+		if e.Size, err = envInt(getenv, s.size); err != nil {
+			return e, err
+		}
+		if getenv(s.local) != "" {
+			if e.LocalRank, err = envInt(getenv, s.local); err != nil {
+				return e, err
+			}
+		}
+		if e.Size < 1 || e.Rank < 0 || e.Rank >= e.Size {
+			return e, fmt.Errorf("coll: %s environment: %s=%d with %s=%d: the rank must be in [0, size)", s.name, s.rank, e.Rank, s.size, e.Size)
+		}
+		if s.addrFromMaster && rendezvous == "" {
+			host, port := getenv("MASTER_ADDR"), getenv("MASTER_PORT")
+			if host == "" || port == "" {
+				return e, fmt.Errorf("coll: torchrun environment without MASTER_ADDR and MASTER_PORT")
+			}
+			// torchrun's own store uses MASTER_PORT; ibex rendezvous on the
+			// next port.
+			p, err := strconv.Atoi(port)
+			if err != nil || p < 1 || p > 65534 {
+				return e, fmt.Errorf("coll: MASTER_PORT=%q is not a port", port)
+			}
+			rendezvous = net.JoinHostPort(host, strconv.Itoa(p+1))
+		}
+		if rendezvous == "" {
+			return e, fmt.Errorf("coll: %s environment found (rank %d of %d) but no rendezvous address: set IBEX_RENDEZVOUS=host:port (reachable from every rank; rank 0 listens there)", s.name, e.Rank, e.Size)
+		}
+		e.Addr = rendezvous
+		return e, nil
+	}
+	return Env{}, errors.New("coll: no launcher environment (torchrun RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_PROCID/SLURM_NTASKS or PMI_RANK/PMI_SIZE)")
+}
+
+func envInt(getenv func(string) string, name string) (int, error) {
+	v, err := strconv.Atoi(getenv(name))
+	if err != nil {
+		return 0, fmt.Errorf("coll: %s=%q is not an integer", name, getenv(name))
+	}
+	return v, nil
+}
+
+// HostID identifies what the shared-memory provider can span: one machine
+// (/etc/machine-id, else the boot id) and one network namespace (shm's
+// sockets are abstract, so per namespace).
+func HostID() string {
+	id := ""
+	for _, f := range []string{"/etc/machine-id", "/proc/sys/kernel/random/boot_id"} {
+		if b, err := os.ReadFile(f); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			id = strings.TrimSpace(string(b))
+			break
+		}
+	}
+	if ns, err := os.Readlink("/proc/self/ns/net"); err == nil {
+		id += "/" + ns
+	}
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	return id
+}
+
+// Peer is what a rank published at the rendezvous.
+type Peer struct {
+	Rank int
+	Host string // HostID
+	Data []byte // the caller's payload (e.g. connection info)
+}
+
+// The rendezvous protocol on TCP: each rank connects to rank 0 and sends a
+// hello; rank 0, once it has all size-1 hellos (and its own), sends every
+// rank the whole table. Frames are length-prefixed; every field is
+// checked (network input).
+const (
+	bootMagic   = "IBEXBOOT"
+	maxPayload  = 1 << 20
+	dialBackoff = 20 * time.Millisecond
+	helloWait   = 5 * time.Second
+)
+
+// Bootstrap runs the rendezvous: every rank publishes data and gets every
+// rank's, in rank order. Rank 0 listens on id.Addr. It returns when all
+// ranks are in, or when ctx ends — then with an error naming the ranks not
+// heard from.
+func Bootstrap(ctx context.Context, id UniqueID, rank, size int, data []byte) ([]Peer, error) {
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("coll: bootstrap: rank %d of %d", rank, size)
+	}
+	if len(data) > maxPayload {
+		return nil, fmt.Errorf("coll: bootstrap: payload of %d bytes exceeds %d", len(data), maxPayload)
+	}
+	self := Peer{Rank: rank, Host: HostID(), Data: data}
+	if rank == 0 {
+		return bootRoot(ctx, id, size, self)
+	}
+	return bootLeaf(ctx, id, size, self)
+}
+
+func bootRoot(ctx context.Context, id UniqueID, size int, self Peer) ([]Peer, error) {
+	peers := make([]Peer, size)
+	peers[0] = self
+	if size == 1 {
+		return peers, nil
+	}
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", id.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("coll: bootstrap: rank 0 listens on %s: %w", id.Addr, err)
+	}
+	defer l.Close()
+	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
+	defer stop()
+	conns := make([]net.Conn, size)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+	}()
+	seen := 1
+	for seen < size {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("coll: bootstrap: %w; not heard from: ranks %s", ctx.Err(), missing(conns))
+			}
+			return nil, fmt.Errorf("coll: bootstrap: accept: %w", err)
+		}
+		// A rank sends its hello as soon as it connects: a connection
+		// that does not within helloWait is dropped, so a stranger cannot
+		// stall the rendezvous.
+		_ = c.SetDeadline(time.Now().Add(helloWait))
+		p, err := readHello(c, id, size)
+		_ = c.SetDeadline(time.Time{})
+		if err != nil || conns[p.Rank] != nil {
+			_ = c.Close() // a stranger, a wrong magic, or a duplicate rank
+			continue
+		}
+		conns[p.Rank] = c
+		peers[p.Rank] = p
+		seen++
+	}
+	table := encodeTable(peers)
+	for r := 1; r < size; r++ {
+		if err := writeFrame(conns[r], table); err != nil {
+			return nil, fmt.Errorf("coll: bootstrap: send the table to rank %d: %w", r, err)
+		}
+	}
+	return peers, nil
+}
+
+func missing(conns []net.Conn) string {
+	var out []string
+	for r := 1; r < len(conns); r++ {
+		if conns[r] == nil {
+			out = append(out, strconv.Itoa(r))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+func bootLeaf(ctx context.Context, id UniqueID, size int, self Peer) ([]Peer, error) {
+	var d net.Dialer
+	var c net.Conn
+	for {
+		var err error
+		c, err = d.DialContext(ctx, "tcp", id.Addr)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("coll: bootstrap: rank %d: rank 0 at %s not reachable: %w (last: %v)", self.Rank, id.Addr, ctx.Err(), err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(dialBackoff):
+		}
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	defer stop()
+	if err := writeFrame(c, encodeHello(id, size, self)); err != nil {
+		return nil, fmt.Errorf("coll: bootstrap: rank %d: hello to rank 0: %w", self.Rank, err)
+	}
+	b, err := readFrame(c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("coll: bootstrap: rank %d: %w waiting for rank 0's table (some ranks never joined)", self.Rank, ctx.Err())
+		}
+		return nil, fmt.Errorf("coll: bootstrap: rank %d: table from rank 0: %w", self.Rank, err)
+	}
+	peers, err := decodeTable(b, size)
+	if err != nil {
+		return nil, fmt.Errorf("coll: bootstrap: rank %d: %w", self.Rank, err)
+	}
+	return peers, nil
+}
+
+func writeFrame(w io.Writer, b []byte) error {
+	var h [4]byte
+	binary.BigEndian.PutUint32(h[:], uint32(len(b)))
+	_, err := w.Write(append(h[:], b...))
+	return err
+}
+
+func readFrame(r io.Reader) ([]byte, error) {
+	var h [4]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(h[:])
+	if n > maxPayload*64+1024 {
+		return nil, fmt.Errorf("frame of %d bytes", n)
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(r, b)
+	return b, err
+}
+
+// hello: magic "IBEXBOOT", id magic, size, rank, host, data.
+func encodeHello(id UniqueID, size int, p Peer) []byte {
+	b := append([]byte(bootMagic), id.Magic[:]...)
+	b = binary.BigEndian.AppendUint32(b, uint32(size))
+	return appendPeer(b, p)
+}
+
+func appendPeer(b []byte, p Peer) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(p.Rank))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(p.Host)))
+	b = append(b, p.Host...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(p.Data)))
+	return append(b, p.Data...)
+}
+
+func readHello(c net.Conn, id UniqueID, size int) (Peer, error) {
+	b, err := readFrame(c)
+	if err != nil {
+		return Peer{}, err
+	}
+	if len(b) < len(bootMagic)+16+4 || string(b[:len(bootMagic)]) != bootMagic || string(b[8:24]) != string(id.Magic[:]) {
+		return Peer{}, errors.New("not this communicator's hello")
+	}
+	if int(binary.BigEndian.Uint32(b[24:])) != size {
+		return Peer{}, errors.New("size differs")
+	}
+	p, rest, err := readPeer(b[28:])
+	if err != nil || len(rest) != 0 || p.Rank < 1 || p.Rank >= size {
+		return Peer{}, errors.New("malformed hello")
+	}
+	return p, nil
+}
+
+func readPeer(b []byte) (Peer, []byte, error) {
+	var p Peer
+	u32 := func() (uint32, bool) {
+		if len(b) < 4 {
+			return 0, false
+		}
+		v := binary.BigEndian.Uint32(b)
+		b = b[4:]
+		return v, true
+	}
+	r, ok1 := u32()
+	hl, ok2 := u32()
+	if !ok1 || !ok2 || uint64(hl) > uint64(len(b)) || hl > 4096 {
+		return p, nil, errors.New("truncated peer")
+	}
+	p.Rank, p.Host, b = int(r), string(b[:hl]), b[hl:]
+	dl, ok := u32()
+	if !ok || uint64(dl) > uint64(len(b)) || dl > maxPayload {
+		return p, nil, errors.New("truncated peer data")
+	}
+	p.Data, b = append([]byte(nil), b[:dl]...), b[dl:]
+	return p, b, nil
+}
+
+func encodeTable(peers []Peer) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(len(peers)))
+	for _, p := range peers {
+		b = appendPeer(b, p)
+	}
+	return b
+}
+
+func decodeTable(b []byte, size int) ([]Peer, error) {
+	if len(b) < 4 || int(binary.BigEndian.Uint32(b)) != size {
+		return nil, errors.New("table of the wrong size")
+	}
+	b = b[4:]
+	peers := make([]Peer, size)
+	for i := range size {
+		p, rest, err := readPeer(b)
+		if err != nil || p.Rank != i {
+			return nil, fmt.Errorf("table entry %d malformed", i)
+		}
+		peers[i], b = p, rest
+	}
+	if len(b) != 0 {
+		return nil, errors.New("table with trailing bytes")
+	}
+	return peers, nil
+}
+
+// LocalRanks groups ranks by host: the ranks that share rank's host, in
+// order (shm reaches them; others need the network).
+func LocalRanks(peers []Peer, rank int) []int {
+	var out []int
+	for _, p := range peers {
+		if p.Host == peers[rank].Host {
+			out = append(out, p.Rank)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
