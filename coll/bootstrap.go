@@ -177,76 +177,114 @@ const (
 	helloWait   = 5 * time.Second
 )
 
-// Bootstrap runs the rendezvous: every rank publishes data and gets every
-// rank's, in rank order. Rank 0 listens on id.Addr. It returns when all
-// ranks are in, or when ctx ends — then with an error naming the ranks not
-// heard from.
+// Boot is the bootstrap network: rank 0 holds a TCP connection to every
+// other rank, opened at the rendezvous, and AllGather runs over it as
+// many times as needed (connection setup, later control messages).
+type Boot struct {
+	id    UniqueID
+	rank  int
+	size  int
+	peers []Peer     // from the rendezvous
+	conns []net.Conn // rank 0: by rank; others: conns[0] is rank 0
+}
+
+// Bootstrap runs the rendezvous and one AllGather of data, then closes:
+// every rank publishes data and gets every rank's, in rank order.
 func Bootstrap(ctx context.Context, id UniqueID, rank, size int, data []byte) ([]Peer, error) {
+	b, err := Rendezvous(ctx, id, rank, size)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	all, err := b.AllGather(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	peers := b.Peers()
+	for r := range peers {
+		peers[r].Data = all[r]
+	}
+	return peers, nil
+}
+
+// Rendezvous connects every rank to rank 0, which listens on id.Addr. It
+// returns when all ranks are in, or when ctx ends — then with an error
+// naming the ranks not heard from.
+func Rendezvous(ctx context.Context, id UniqueID, rank, size int) (*Boot, error) {
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("coll: bootstrap: rank %d of %d", rank, size)
 	}
-	if len(data) > maxPayload {
-		return nil, fmt.Errorf("coll: bootstrap: payload of %d bytes exceeds %d", len(data), maxPayload)
-	}
-	self := Peer{Rank: rank, Host: HostID(), Data: data}
+	b := &Boot{id: id, rank: rank, size: size}
+	self := Peer{Rank: rank, Host: HostID()}
+	var err error
 	if rank == 0 {
-		return bootRoot(ctx, id, size, self)
+		err = b.root(ctx, self)
+	} else {
+		err = b.leaf(ctx, self)
 	}
-	return bootLeaf(ctx, id, size, self)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
 }
 
-func bootRoot(ctx context.Context, id UniqueID, size int, self Peer) ([]Peer, error) {
-	peers := make([]Peer, size)
-	peers[0] = self
-	if size == 1 {
-		return peers, nil
+// Peers is every rank's host, from the rendezvous.
+func (b *Boot) Peers() []Peer { return append([]Peer(nil), b.peers...) }
+
+// Close closes the bootstrap connections.
+func (b *Boot) Close() {
+	for _, c := range b.conns {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+func (b *Boot) root(ctx context.Context, self Peer) error {
+	b.peers = make([]Peer, b.size)
+	b.peers[0] = self
+	b.conns = make([]net.Conn, b.size)
+	if b.size == 1 {
+		return nil
 	}
 	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", id.Addr)
+	l, err := lc.Listen(ctx, "tcp", b.id.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("coll: bootstrap: rank 0 listens on %s: %w", id.Addr, err)
+		return fmt.Errorf("coll: bootstrap: rank 0 listens on %s: %w", b.id.Addr, err)
 	}
 	defer l.Close()
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
-	conns := make([]net.Conn, size)
-	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-	}()
-	seen := 1
-	for seen < size {
+	for seen := 1; seen < b.size; {
 		c, err := l.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("coll: bootstrap: %w; not heard from: ranks %s", ctx.Err(), missing(conns))
+				return fmt.Errorf("coll: bootstrap: %w; not heard from: ranks %s", ctx.Err(), missing(b.conns))
 			}
-			return nil, fmt.Errorf("coll: bootstrap: accept: %w", err)
+			return fmt.Errorf("coll: bootstrap: accept: %w", err)
 		}
 		// A rank sends its hello as soon as it connects: a connection
 		// that does not within helloWait is dropped, so a stranger cannot
 		// stall the rendezvous.
 		_ = c.SetDeadline(time.Now().Add(helloWait))
-		p, err := readHello(c, id, size)
+		p, err := readHello(c, b.id, b.size)
 		_ = c.SetDeadline(time.Time{})
-		if err != nil || conns[p.Rank] != nil {
+		if err != nil || b.conns[p.Rank] != nil {
 			_ = c.Close() // a stranger, a wrong magic, or a duplicate rank
 			continue
 		}
-		conns[p.Rank] = c
-		peers[p.Rank] = p
+		b.conns[p.Rank] = c
+		b.peers[p.Rank] = p
 		seen++
 	}
-	table := encodeTable(peers)
-	for r := 1; r < size; r++ {
-		if err := writeFrame(conns[r], table); err != nil {
-			return nil, fmt.Errorf("coll: bootstrap: send the table to rank %d: %w", r, err)
+	table := encodeTable(b.peers)
+	for r := 1; r < b.size; r++ {
+		if err := writeFrame(b.conns[r], table); err != nil {
+			return fmt.Errorf("coll: bootstrap: send the table to rank %d: %w", r, err)
 		}
 	}
-	return peers, nil
+	return nil
 }
 
 func missing(conns []net.Conn) string {
@@ -259,41 +297,120 @@ func missing(conns []net.Conn) string {
 	return strings.Join(out, ", ")
 }
 
-func bootLeaf(ctx context.Context, id UniqueID, size int, self Peer) ([]Peer, error) {
+func (b *Boot) leaf(ctx context.Context, self Peer) error {
 	var d net.Dialer
 	var c net.Conn
 	for {
 		var err error
-		c, err = d.DialContext(ctx, "tcp", id.Addr)
+		c, err = d.DialContext(ctx, "tcp", b.id.Addr)
 		if err == nil {
 			break
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("coll: bootstrap: rank %d: rank 0 at %s not reachable: %w (last: %v)", self.Rank, id.Addr, ctx.Err(), err)
+			return fmt.Errorf("coll: bootstrap: rank %d: rank 0 at %s not reachable: %w (last: %v)", self.Rank, b.id.Addr, ctx.Err(), err)
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(dialBackoff):
 		}
 	}
-	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	b.conns = []net.Conn{c}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	if err := writeFrame(c, encodeHello(id, size, self)); err != nil {
-		return nil, fmt.Errorf("coll: bootstrap: rank %d: hello to rank 0: %w", self.Rank, err)
+	if err := writeFrame(c, encodeHello(b.id, b.size, self)); err != nil {
+		return fmt.Errorf("coll: bootstrap: rank %d: hello to rank 0: %w", self.Rank, err)
 	}
-	b, err := readFrame(c)
+	t, err := readFrame(c)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("coll: bootstrap: rank %d: %w waiting for rank 0's table (some ranks never joined)", self.Rank, ctx.Err())
+			return fmt.Errorf("coll: bootstrap: rank %d: %w waiting for rank 0's table (some ranks never joined)", self.Rank, ctx.Err())
 		}
-		return nil, fmt.Errorf("coll: bootstrap: rank %d: table from rank 0: %w", self.Rank, err)
+		return fmt.Errorf("coll: bootstrap: rank %d: table from rank 0: %w", self.Rank, err)
 	}
-	peers, err := decodeTable(b, size)
-	if err != nil {
-		return nil, fmt.Errorf("coll: bootstrap: rank %d: %w", self.Rank, err)
+	if b.peers, err = decodeTable(t, b.size); err != nil {
+		return fmt.Errorf("coll: bootstrap: rank %d: %w", self.Rank, err)
 	}
-	return peers, nil
+	return nil
+}
+
+// AllGather gives every rank every rank's data, in rank order, through
+// rank 0. A rank that does not take part before ctx ends is named in the
+// error.
+func (b *Boot) AllGather(ctx context.Context, data []byte) ([][]byte, error) {
+	if len(data) > maxPayload {
+		return nil, fmt.Errorf("coll: bootstrap: payload of %d bytes exceeds %d", len(data), maxPayload)
+	}
+	all := make([][]byte, b.size)
+	all[b.rank] = data
+	if b.size == 1 {
+		return all, nil
+	}
+	for _, c := range b.conns {
+		if c != nil {
+			_ = c.SetDeadline(time.Time{})
+			stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+			defer stop()
+		}
+	}
+	if b.rank != 0 {
+		if err := writeFrame(b.conns[0], data); err != nil {
+			return nil, fmt.Errorf("coll: bootstrap: rank %d: send to rank 0: %w", b.rank, err)
+		}
+		t, err := readFrame(b.conns[0])
+		if err != nil {
+			return nil, fmt.Errorf("coll: bootstrap: rank %d: waiting for rank 0: %w", b.rank, errOr(ctx, err))
+		}
+		return decodeBlobs(t, b.size)
+	}
+	for r := 1; r < b.size; r++ {
+		d, err := readFrame(b.conns[r])
+		if err != nil {
+			return nil, fmt.Errorf("coll: bootstrap: rank 0: waiting for rank %d: %w", r, errOr(ctx, err))
+		}
+		all[r] = d
+	}
+	t := encodeBlobs(all)
+	for r := 1; r < b.size; r++ {
+		if err := writeFrame(b.conns[r], t); err != nil {
+			return nil, fmt.Errorf("coll: bootstrap: rank 0: send to rank %d: %w", r, err)
+		}
+	}
+	return all, nil
+}
+
+func errOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func encodeBlobs(all [][]byte) []byte {
+	var b []byte
+	for _, d := range all {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(d)))
+		b = append(b, d...)
+	}
+	return b
+}
+
+func decodeBlobs(b []byte, n int) ([][]byte, error) {
+	out := make([][]byte, n)
+	for i := range n {
+		if len(b) < 4 {
+			return nil, errors.New("coll: bootstrap: truncated table")
+		}
+		l := binary.BigEndian.Uint32(b)
+		b = b[4:]
+		if uint64(l) > uint64(len(b)) {
+			return nil, errors.New("coll: bootstrap: truncated table")
+		}
+		out[i], b = append([]byte(nil), b[:l]...), b[l:]
+	}
+	if len(b) != 0 {
+		return nil, errors.New("coll: bootstrap: table with trailing bytes")
+	}
+	return out, nil
 }
 
 func writeFrame(w io.Writer, b []byte) error {

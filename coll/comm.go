@@ -1,0 +1,302 @@
+package coll
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/ibex-rdma/ibex/verbs"
+)
+
+// Options configure a communicator. The zero value picks transports by
+// host: shm0 between ranks of one host (machine and network namespace),
+// udp0 between hosts.
+type Options struct {
+	// Transport forces one device for every peer ("shm0", "udp0",
+	// "loop0"); IBEX_TRANSPORT overrides the default too.
+	Transport string
+	// Landing is the bytes of landing buffer per peer: Credits slots of
+	// Landing/Credits bytes each (default 4 MiB, 8 credits).
+	Landing int
+	Credits int
+}
+
+const (
+	defaultLanding = 4 << 20
+	defaultCredits = 8
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Transport == "" {
+		o.Transport = os.Getenv("IBEX_TRANSPORT")
+	}
+	if o.Landing == 0 {
+		o.Landing = defaultLanding
+	}
+	if o.Credits == 0 {
+		o.Credits = defaultCredits
+	}
+	if o.Credits < 1 || o.Credits > 256 || o.Landing < o.Credits*4096 || o.Landing%o.Credits != 0 {
+		return o, fmt.Errorf("coll: options: %d credits over %d landing bytes: want 1..256 credits of at least 4 KiB, dividing the landing buffer", o.Credits, o.Landing)
+	}
+	return o, nil
+}
+
+// link is the connection to one peer: an RC QP on the device chosen for
+// that peer, the landing buffer the peer writes into, and the peer's
+// landing buffer we write into.
+type link struct {
+	peer   int
+	dev    *device
+	qp     *verbs.QP
+	land   *verbs.MR // ours: the peer writes here
+	rAddr  uint64    // the peer's landing buffer
+	rKey   uint32
+	credit int // slots of the peer's landing buffer we may still fill
+}
+
+// device is one opened verbs device with its PD and CQ.
+type device struct {
+	name string
+	ctx  *verbs.Context
+	pd   *verbs.PD
+	cq   *verbs.CQ
+}
+
+// Comm is a communicator: size ranks, this one rank, a link to every
+// other rank.
+type Comm struct {
+	rank, size int
+	opt        Options
+	peers      []Peer
+	devs       map[string]*device
+	links      []*link // by rank; nil for ourselves
+}
+
+// Rank is this rank; Size the number of ranks.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+// Transport names the device used to reach rank r ("" for ourselves).
+func (c *Comm) Transport(r int) string {
+	if r == c.rank || c.links[r] == nil {
+		return ""
+	}
+	return c.links[r].dev.name
+}
+
+// The per-peer record a rank publishes at the bootstrap: for each other
+// rank, the QP (on the device chosen for it) and landing buffer.
+//
+//	u32 count, then per entry: u32 peer, u32 qpn, u32 psn, [16]gid, u8 mtu,
+//	u32 rkey, u64 addr, u64 len, u8 device-name length, name
+type endpoint struct {
+	peer int
+	info verbs.ConnInfo
+	dev  string
+}
+
+func encodeEndpoints(eps []endpoint) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(len(eps)))
+	for _, e := range eps {
+		b = binary.BigEndian.AppendUint32(b, uint32(e.peer))
+		b = binary.BigEndian.AppendUint32(b, e.info.QPN)
+		b = binary.BigEndian.AppendUint32(b, e.info.PSN)
+		b = append(b, e.info.GID[:]...)
+		b = append(b, byte(e.info.MTU))
+		b = binary.BigEndian.AppendUint32(b, e.info.RKey)
+		b = binary.BigEndian.AppendUint64(b, e.info.Addr)
+		b = binary.BigEndian.AppendUint64(b, e.info.Len)
+		b = append(b, byte(len(e.dev)))
+		b = append(b, e.dev...)
+	}
+	return b
+}
+
+func decodeEndpoints(b []byte) ([]endpoint, error) {
+	bad := errors.New("malformed endpoint table")
+	if len(b) < 4 {
+		return nil, bad
+	}
+	n := int(binary.BigEndian.Uint32(b))
+	b = b[4:]
+	if n > 1<<16 {
+		return nil, bad
+	}
+	out := make([]endpoint, 0, n)
+	for range n {
+		const fixed = 4 + 4 + 4 + 16 + 1 + 4 + 8 + 8 + 1
+		if len(b) < fixed {
+			return nil, bad
+		}
+		var e endpoint
+		e.peer = int(binary.BigEndian.Uint32(b))
+		e.info.QPN = binary.BigEndian.Uint32(b[4:])
+		e.info.PSN = binary.BigEndian.Uint32(b[8:])
+		copy(e.info.GID[:], b[12:28])
+		e.info.MTU = verbs.MTU(b[28])
+		e.info.RKey = binary.BigEndian.Uint32(b[29:])
+		e.info.Addr = binary.BigEndian.Uint64(b[33:])
+		e.info.Len = binary.BigEndian.Uint64(b[41:])
+		l := int(b[49])
+		b = b[fixed:]
+		if len(b) < l {
+			return nil, bad
+		}
+		e.dev, b = string(b[:l]), b[l:]
+		out = append(out, e)
+	}
+	if len(b) != 0 {
+		return nil, bad
+	}
+	return out, nil
+}
+
+// deviceFor picks the device that reaches peer q.
+func (c *Comm) deviceFor(q int) string {
+	if c.opt.Transport != "" {
+		return c.opt.Transport
+	}
+	if c.peers[q].Host == c.peers[c.rank].Host {
+		return "shm0"
+	}
+	return "udp0"
+}
+
+func (c *Comm) device(name string) (*device, error) {
+	if d := c.devs[name]; d != nil {
+		return d, nil
+	}
+	vc, err := verbs.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("coll: rank %d: open %s: %w", c.rank, name, err)
+	}
+	d := &device{name: name, ctx: vc}
+	c.devs[name] = d
+	if d.pd, err = vc.AllocPD(); err != nil {
+		return nil, err
+	}
+	if d.cq, err = vc.CreateCQ(1 << 16); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// NewComm joins the communicator named by id as rank of size: it
+// bootstraps twice (host table, then endpoints), connects an RC QP to
+// every other rank on the device that reaches it, and returns when all are
+// connected or ctx ends.
+func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (_ *Comm, err error) {
+	opt, err = opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Comm{rank: rank, size: size, opt: opt, devs: map[string]*device{}, links: make([]*link, size)}
+	defer func() {
+		if err != nil {
+			_ = c.Close()
+		}
+	}()
+	// The rendezvous tells who is where (HostID).
+	boot, err := Rendezvous(ctx, id, rank, size)
+	if err != nil {
+		return nil, err
+	}
+	defer boot.Close()
+	c.peers = boot.Peers()
+	// Create a QP and landing buffer per peer, on its device.
+	var eps []endpoint
+	for q := range size {
+		if q == rank {
+			continue
+		}
+		d, err := c.device(c.deviceFor(q))
+		if err != nil {
+			return nil, err
+		}
+		l := &link{peer: q, dev: d, credit: opt.Credits}
+		if l.land, err = d.pd.AllocMR(opt.Landing, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+			return nil, fmt.Errorf("coll: rank %d: landing buffer for rank %d: %w", rank, q, err)
+		}
+		if l.qp, err = d.pd.CreateQP(verbs.QPInitAttr{SendCQ: d.cq, RecvCQ: d.cq,
+			Cap: verbs.QPCap{MaxSendWR: 2 * opt.Credits, MaxRecvWR: 4 * opt.Credits, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			return nil, fmt.Errorf("coll: rank %d: qp for rank %d: %w", rank, q, err)
+		}
+		c.links[q] = l
+		info := l.qp.Info()
+		info.RKey, info.Addr, info.Len = l.land.RKey(), l.land.Addr(), uint64(l.land.Len())
+		eps = append(eps, endpoint{peer: q, info: info, dev: d.name})
+	}
+	// Every rank's endpoints.
+	table, err := boot.AllGather(ctx, encodeEndpoints(eps))
+	if err != nil {
+		return nil, err
+	}
+	for q, data := range table {
+		if q == rank {
+			continue
+		}
+		theirs, err := decodeEndpoints(data)
+		if err != nil {
+			return nil, fmt.Errorf("coll: rank %d: endpoints of rank %d: %w", rank, q, err)
+		}
+		var mine *endpoint
+		for i := range theirs {
+			if theirs[i].peer == rank {
+				mine = &theirs[i]
+			}
+		}
+		l := c.links[q]
+		switch {
+		case mine == nil:
+			return nil, fmt.Errorf("coll: rank %d: rank %d published no endpoint for us", rank, q)
+		case mine.dev != l.dev.name:
+			return nil, fmt.Errorf("coll: rank %d reaches rank %d over %s but rank %d chose %s (IBEX_TRANSPORT differs?)", rank, q, l.dev.name, q, mine.dev)
+		}
+		l.rAddr, l.rKey = mine.info.Addr, mine.info.RKey
+		if err := l.qp.Connect(mine.info, verbs.ConnectOptions{}); err != nil {
+			return nil, fmt.Errorf("coll: rank %d: connect to rank %d: %w", rank, q, err)
+		}
+	}
+	return c, nil
+}
+
+// Close destroys the links and closes the devices.
+func (c *Comm) Close() error {
+	var errs []string
+	keep := func(err error) {
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	for _, l := range c.links {
+		if l == nil {
+			continue
+		}
+		if l.qp != nil {
+			keep(l.qp.Destroy())
+		}
+		if l.land != nil {
+			keep(l.land.Dereg())
+		}
+	}
+	for _, d := range c.devs {
+		if d.cq != nil {
+			keep(d.cq.Destroy())
+		}
+		if d.pd != nil {
+			keep(d.pd.Dealloc())
+		}
+		keep(d.ctx.Close())
+	}
+	c.links, c.devs = nil, nil
+	if len(errs) > 0 {
+		return fmt.Errorf("coll: close rank %d: %s", c.rank, strings.Join(errs, "; "))
+	}
+	return nil
+}
