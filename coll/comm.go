@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/ibex-rdma/ibex/verbs"
 )
@@ -56,6 +57,12 @@ type link struct {
 	rAddr  uint64    // the peer's landing buffer
 	rKey   uint32
 	credit int // slots of the peer's landing buffer we may still fill
+
+	// Since the connection (both ends count the same way, so landing
+	// slot = count mod credits on both sides).
+	sent, recvd int
+	recvsPost   int       // receives posted and not consumed
+	arrived     []arrival // pieces in landing slots the program has not asked for yet
 }
 
 // device is one opened verbs device with its PD and CQ.
@@ -74,6 +81,8 @@ type Comm struct {
 	peers      []Peer
 	devs       map[string]*device
 	links      []*link // by rank; nil for ourselves
+	primary    string  // the device working buffers are allocated on
+	boot       *Boot   // the bootstrap network, kept for barriers
 }
 
 // Rank is this rank; Size the number of ranks.
@@ -207,8 +216,17 @@ func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (_ *
 	if err != nil {
 		return nil, err
 	}
-	defer boot.Close()
+	c.boot = boot
 	c.peers = boot.Peers()
+	// The primary device holds the working buffers: the forced transport,
+	// else shared memory.
+	c.primary = opt.Transport
+	if c.primary == "" {
+		c.primary = "shm0"
+	}
+	if _, err := c.device(c.primary); err != nil {
+		return nil, err
+	}
 	// Create a QP and landing buffer per peer, on its device.
 	var eps []endpoint
 	for q := range size {
@@ -266,9 +284,22 @@ func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (_ *
 	return c, nil
 }
 
-// Close destroys the links and closes the devices.
+// closeWait bounds Close's barrier: a dead rank must not keep the others.
+const closeWait = 10 * time.Second
+
+// Close waits until every rank closes (so no rank tears down a link a peer
+// still uses), then destroys the links and closes the devices.
 func (c *Comm) Close() error {
 	var errs []string
+	if c.boot != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+		if _, err := c.boot.AllGather(ctx, nil); err != nil {
+			errs = append(errs, "barrier: "+err.Error())
+		}
+		cancel()
+		c.boot.Close()
+		c.boot = nil
+	}
 	keep := func(err error) {
 		if err != nil {
 			errs = append(errs, err.Error())
