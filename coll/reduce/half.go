@@ -2,12 +2,10 @@ package reduce
 
 import "math"
 
-// float16 and bfloat16. Each element is widened to float32 (exact), the
-// operation runs in float32, and the result is rounded back to nearest,
-// ties to even. One float32 operation on two 16-bit operands followed by
-// that rounding is the correctly rounded 16-bit result, because float32
-// has more than 2p+2 bits for both (p = 11 and 8): the double rounding
-// cannot go wrong, so this is what native half arithmetic gives.
+// float16 and bfloat16: conversions to and from float32 (and, for Avg's
+// division, from float64), and the Sum and Prod kernels, which widen,
+// operate in float32 and round back (see the package comment). Min and
+// Max need no conversion (minmax.go).
 
 const (
 	f16Inf  = 0x7c00
@@ -40,28 +38,57 @@ func f16ToF32(h uint16) float32 {
 }
 
 // f32ToF16 rounds a float32 to the nearest float16, ties to even. A NaN
-// stays a NaN with its sign and top payload bits, made quiet. Written to
-// stay under the inlining budget: the kernels call it per element.
+// stays a NaN with its sign and top payload bits, made quiet.
 func f32ToF16(f float32) uint16 {
+	if f != f {
+		return f16NaN(f)
+	}
+	return f16Finite(f)
+}
+
+// f16Finite is f32ToF16 for a float32 that is not a NaN. It is split off
+// to fit the inlining budget: the kernels call it per element and check
+// for a NaN themselves.
+func f16Finite(f float32) uint16 {
 	b := math.Float32bits(f)
 	a := b & 0x7fffffff
-	var h uint32
+	// Normal: rebias the exponent 127 to 15, round off 13 bits; a
+	// carry out of the largest finite mantissa gives Inf.
+	h := (a - (127-15)<<23 + 0xfff + (a>>13)&1) >> 13
 	if a < 0x38800000 { // |f| < 2^-14: float16 subnormal or zero
 		// In [0.5, 1) float32 has the spacing 2^-24 of float16
 		// subnormals, so adding 0.5 makes the FPU round to that grid,
 		// to nearest even; the low bits are then the float16 mantissa
 		// (reaching 0x400, the smallest normal, when it rounds up).
 		h = math.Float32bits(math.Float32frombits(a)+0.5) - 0x3f000000
-	} else { // normal: rebias 127 to 15, round off 13 bits; a carry out of 0x7bff gives Inf
-		h = (a - (127-15)<<23 + 0xfff + (a>>13)&1) >> 13
 	}
-	if a >= 0x47800000 { // |f| >= 2^16: overflow, Inf, NaN
+	if a >= 0x47800000 { // |f| >= 2^16
 		h = f16Inf
-		if a > 0x7f800000 {
-			h = 0x7e00 | (a>>13)&0x3ff
-		}
 	}
 	return uint16(b>>16)&0x8000 | uint16(h)
+}
+
+func f16NaN(f float32) uint16 {
+	b := math.Float32bits(f)
+	return uint16(b>>16)&0x8000 | 0x7e00 | uint16(b>>13)&0x3ff
+}
+
+// f64ToF16Finite rounds a float64 that is not a NaN to the nearest
+// float16, ties to even: f16Finite with the float64 layout. Rounding
+// straight from float64 matters: through float32 it would round twice.
+func f64ToF16Finite(q float64) uint16 {
+	b := math.Float64bits(q)
+	a := b &^ (1 << 63)
+	// Normal: rebias 1023 to 15, round off 42 bits.
+	h := (a - (1023-15)<<52 + 1<<41 - 1 + (a>>42)&1) >> 42
+	if a < 0x3f10000000000000 { // |q| < 2^-14
+		// Around 2^28 float64 has the spacing 2^-24 of float16 subnormals.
+		h = math.Float64bits(math.Float64frombits(a)+0x1p28) - 0x41b0000000000000
+	}
+	if a >= 0x40f0000000000000 { // |q| >= 2^16
+		h = f16Inf
+	}
+	return uint16(b>>48)&0x8000 | uint16(h)
 }
 
 // bf16ToF32 widens a bfloat16: it is the top half of a float32.
@@ -80,15 +107,41 @@ func f32ToBF16(f float32) uint16 {
 func addF16(d, a, b []uint16) {
 	a, b = a[:len(d)], b[:len(d)]
 	for i := range d {
-		d[i] = f32ToF16(f16Table[a[i]] + f16Table[b[i]])
+		f := f16Table[a[i]] + f16Table[b[i]]
+		h := f16Finite(f)
+		if f != f {
+			h = f16NaN(f)
+		}
+		d[i] = h
 	}
 }
 
 func mulF16(d, a, b []uint16) {
 	a, b = a[:len(d)], b[:len(d)]
 	for i := range d {
-		d[i] = f32ToF16(f16Table[a[i]] * f16Table[b[i]])
+		f := f16Table[a[i]] * f16Table[b[i]]
+		h := f16Finite(f)
+		if f != f {
+			h = f16NaN(f)
+		}
+		d[i] = h
 	}
+}
+
+// f64ToBF16Finite is f64ToF16Finite for bfloat16.
+func f64ToBF16Finite(q float64) uint16 {
+	b := math.Float64bits(q)
+	a := b &^ (1 << 63)
+	// Normal: rebias 1023 to 127, round off 45 bits.
+	h := (a - (1023-127)<<52 + 1<<44 - 1 + (a>>45)&1) >> 45
+	if a < 0x3810000000000000 { // |q| < 2^-126
+		// Around 2^-81 float64 has the spacing 2^-133 of bfloat16 subnormals.
+		h = math.Float64bits(math.Float64frombits(a)+0x1p-81) - 0x3ae0000000000000
+	}
+	if a >= 0x47f0000000000000 { // |q| >= 2^128
+		h = bf16Inf
+	}
+	return uint16(b>>48)&0x8000 | uint16(h)
 }
 
 func addBF16(d, a, b []uint16) {

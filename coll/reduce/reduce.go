@@ -69,16 +69,8 @@ func Finish(buf []byte, dt DType, op Op, n int) error {
 	}
 	if littleEndian && aligned(buf, dt.Size()) {
 		divide(buf, dt, n)
-		return nil
-	}
-	var s [bounceBytes / 8]uint64
-	sb := bytesOf(&s)
-	for len(buf) > 0 {
-		k := min(len(buf), bounceBytes)
-		loadLE(sb[:k], buf[:k], dt.Size())
-		divide(sb[:k], dt, n)
-		storeLE(buf[:k], sb[:k], dt.Size())
-		buf = buf[k:]
+	} else {
+		bounceDivide(buf, dt, n)
 	}
 	return nil
 }
@@ -117,8 +109,7 @@ func aligned(b []byte, align int) bool {
 // apply runs dst = a op b on validated buffers. The typed kernels need
 // buffers aligned to the element size (unaligned typed access is not
 // portable, and the race detector's checkptr rejects it), so otherwise
-// the elements go through an aligned stack buffer, a chunk at a time.
-// The 8-bit kernels work on bytes and need no alignment.
+// the elements go through bounce. The 8-bit kernels need no alignment.
 func apply(dst, a, b []byte, dt DType, op Op) {
 	if len(dst) == 0 {
 		return
@@ -129,8 +120,15 @@ func apply(dst, a, b []byte, dt DType, op Op) {
 	size := dt.Size()
 	if size == 1 || littleEndian && aligned(dst, size) && aligned(a, size) && aligned(b, size) {
 		kernel(dst, a, b, dt, op)
-		return
+	} else {
+		bounce(dst, a, b, dt, op)
 	}
+}
+
+// bounce runs the kernel a chunk at a time on aligned copies in stack
+// buffers (its own function, so that apply's frame stays small).
+func bounce(dst, a, b []byte, dt DType, op Op) {
+	size := dt.Size()
 	var sa, sb [bounceBytes / 8]uint64
 	ba, bb := bytesOf(&sa), bytesOf(&sb)
 	for len(dst) > 0 {
@@ -141,6 +139,18 @@ func apply(dst, a, b []byte, dt DType, op Op) {
 		kernel(ba[:k], ba[:k], bb[:k], dt, op)
 		storeLE(dst[:k], ba[:k], size)
 		dst, a, b = dst[k:], a[k:], b[k:]
+	}
+}
+
+func bounceDivide(buf []byte, dt DType, n int) {
+	var s [bounceBytes / 8]uint64
+	sb := bytesOf(&s)
+	for len(buf) > 0 {
+		k := min(len(buf), bounceBytes)
+		loadLE(sb[:k], buf[:k], dt.Size())
+		divide(sb[:k], dt, n)
+		storeLE(buf[:k], sb[:k], dt.Size())
+		buf = buf[k:]
 	}
 }
 
@@ -155,17 +165,9 @@ func kernel(d, a, b []byte, dt DType, op Op) {
 		case Prod:
 			mul8(d, a, b)
 		case Max:
-			if dt == Int8 {
-				maxI8(d, a, b)
-			} else {
-				maxU8(d, a, b)
-			}
+			max8(d, a, b, flip8(dt))
 		case Min:
-			if dt == Int8 {
-				minI8(d, a, b)
-			} else {
-				minU8(d, a, b)
-			}
+			min8(d, a, b, flip8(dt))
 		}
 	case Int32, Uint32:
 		d, a, b := u32s(d), u32s(a), u32s(b)
@@ -230,30 +232,36 @@ func kernel(d, a, b []byte, dt DType, op Op) {
 			minF64(u64s(d), u64s(a), u64s(b))
 		}
 	case Float16:
-		d, a, b := u16s(d), u16s(a), u16s(b)
 		switch op {
 		case Sum:
-			addF16(d, a, b)
+			addF16(u16s(d), u16s(a), u16s(b))
 		case Prod:
-			mulF16(d, a, b)
+			mulF16(u16s(d), u16s(a), u16s(b))
 		case Max:
 			max16(d, a, b, f16Inf)
 		case Min:
 			min16(d, a, b, f16Inf)
 		}
 	case BFloat16:
-		d, a, b := u16s(d), u16s(a), u16s(b)
 		switch op {
 		case Sum:
-			addBF16(d, a, b)
+			addBF16(u16s(d), u16s(a), u16s(b))
 		case Prod:
-			mulBF16(d, a, b)
+			mulBF16(u16s(d), u16s(a), u16s(b))
 		case Max:
 			max16(d, a, b, bf16Inf)
 		case Min:
 			min16(d, a, b, bf16Inf)
 		}
 	}
+}
+
+// flip8 is what max8 and min8 XOR into lanes to compare them unsigned.
+func flip8(dt DType) uint64 {
+	if dt == Int8 {
+		return lanes8
+	}
+	return 0
 }
 
 // divide runs buf[i] /= n (Avg's Finish) on an aligned, native-endian buffer.

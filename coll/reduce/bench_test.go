@@ -1,0 +1,96 @@
+package reduce
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// Benchmarks report MB/s of dst: the bytes reduced per second. The kernel
+// moves three times that (read dst and src, write dst).
+
+// benchBuf holds n bytes of realistic elements: floats of magnitude below
+// 1, so sums repeated b.N times stay finite; integers of any bits.
+func benchBuf(dt DType, n int, seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range n / dt.Size() {
+		x := rng.NormFloat64() / 4
+		var v uint64
+		switch dt {
+		case Float16:
+			v = uint64(f32ToF16(float32(x)))
+		case BFloat16:
+			v = uint64(f32ToBF16(float32(x)))
+		case Float32:
+			v = uint64(math.Float32bits(float32(x)))
+		case Float64:
+			v = math.Float64bits(x)
+		default:
+			v = rng.Uint64()
+		}
+		putElem(b, dt, i, v)
+	}
+	return b
+}
+
+var benchSizes = []struct {
+	name string
+	n    int
+}{{"1MiB", 1 << 20}, {"64MiB", 64 << 20}}
+
+func BenchmarkReduce(b *testing.B) {
+	for _, dt := range allDTypes {
+		for _, op := range []Op{Sum, Max} {
+			for _, sz := range benchSizes {
+				b.Run(dt.String()+"/"+op.String()+"/"+sz.name, func(b *testing.B) {
+					d, s := benchBuf(dt, sz.n, 1), benchBuf(dt, sz.n, 2)
+					b.SetBytes(int64(sz.n))
+					b.ReportAllocs()
+					for b.Loop() {
+						if err := Reduce(d, s, dt, op); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkReduceMisaligned: src one byte off its alignment, so the
+// elements go through the stack bounce buffer.
+func BenchmarkReduceMisaligned(b *testing.B) {
+	const n = 1 << 20
+	for _, dt := range []DType{Float16, Float32, Int64} {
+		b.Run(dt.String()+"/sum/1MiB", func(b *testing.B) {
+			d, s := benchBuf(dt, n, 1), benchBuf(dt, n+1, 2)[1:]
+			b.SetBytes(n)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := Reduce(d, s, dt, Sum); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFinishAvg divides by 3; each iteration first restores the
+// data with a copy (included in the time), so it does not shrink to zero.
+func BenchmarkFinishAvg(b *testing.B) {
+	const n = 1 << 20
+	for _, dt := range []DType{Int32, Int64, Float16, BFloat16, Float32, Float64} {
+		b.Run(dt.String()+"/1MiB", func(b *testing.B) {
+			orig, d := benchBuf(dt, n, 1), make([]byte, n)
+			b.SetBytes(n)
+			b.ReportAllocs()
+			for b.Loop() {
+				copy(d, orig)
+				if err := Finish(d, dt, Avg, 3); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
