@@ -83,6 +83,8 @@ type Comm struct {
 	links      []*link // by rank; nil for ourselves
 	primary    string  // the device working buffers are allocated on
 	boot       *Boot   // the bootstrap network, kept for barriers
+	work       *work   // the registered working buffer
+	calls      uint32  // collective calls so far (their number goes in the immediates)
 }
 
 // Rank is this rank; Size the number of ranks.
@@ -304,6 +306,9 @@ func (c *Comm) Close() error {
 		if err != nil {
 			errs = append(errs, err.Error())
 		}
+	}
+	if err := c.freeWork(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	for _, l := range c.links {
 		if l == nil {

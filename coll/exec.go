@@ -3,6 +3,7 @@ package coll
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 
@@ -173,6 +174,9 @@ func (c *Comm) run(ctx context.Context, seq uint32, steps []execStep, buf []byte
 				if err := ctx.Err(); err != nil {
 					return c.stuck(ctx, si, len(steps), runs)
 				}
+				// Let other goroutines run: ranks of one process, and the
+				// providers' own goroutines.
+				runtime.Gosched()
 			}
 			for _, r := range runs {
 				if r != nil && r.l.recvsPost < 2*c.opt.Credits {
