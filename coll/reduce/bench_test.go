@@ -12,9 +12,12 @@ import (
 // benchBuf holds n bytes of realistic elements: floats of magnitude below
 // 1, so sums repeated b.N times stay finite; integers of any bits.
 func benchBuf(dt DType, n int, seed uint64) []byte {
+	return fillBench(make([]byte, n), dt, seed)
+}
+
+func fillBench(b []byte, dt DType, seed uint64) []byte {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	b := make([]byte, n)
-	for i := range n / dt.Size() {
+	for i := range len(b) / dt.Size() {
 		x := rng.NormFloat64() / 4
 		var v uint64
 		switch dt {
@@ -34,6 +37,12 @@ func benchBuf(dt DType, n int, seed uint64) []byte {
 	return b
 }
 
+// benchArena is allocated once for all of BenchmarkReduce: allocating and
+// freeing 64 MiB buffers per sub-benchmark made the following ones up to
+// 2x slower (page placement after the GC returned the memory), which
+// measured the heap, not the kernels.
+var benchArena [2][]byte
+
 var benchSizes = []struct {
 	name string
 	n    int
@@ -44,7 +53,10 @@ func BenchmarkReduce(b *testing.B) {
 		for _, op := range []Op{Sum, Max} {
 			for _, sz := range benchSizes {
 				b.Run(dt.String()+"/"+op.String()+"/"+sz.name, func(b *testing.B) {
-					d, s := benchBuf(dt, sz.n, 1), benchBuf(dt, sz.n, 2)
+					if benchArena[0] == nil {
+						benchArena = [2][]byte{make([]byte, 64<<20), make([]byte, 64<<20)}
+					}
+					d, s := fillBench(benchArena[0][:sz.n], dt, 1), fillBench(benchArena[1][:sz.n], dt, 2)
 					b.SetBytes(int64(sz.n))
 					b.ReportAllocs()
 					for b.Loop() {

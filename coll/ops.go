@@ -1,0 +1,234 @@
+package coll
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/ibex-rdma/ibex/coll/algo"
+	"github.com/ibex-rdma/ibex/coll/reduce"
+	"github.com/ibex-rdma/ibex/verbs"
+)
+
+// work is the registered working buffer of a communicator: allocated on
+// the primary device (shared memory where possible) and registered on the
+// others, grown on demand.
+type work struct {
+	buf   []byte
+	mrs   map[string]*verbs.MR
+	lkeys map[string]uint32
+	addrs map[string]uint64
+}
+
+func (c *Comm) workBuffer(n int) (*work, error) {
+	n = max(n, 64)
+	if c.work != nil && len(c.work.buf) >= n {
+		return c.work, nil
+	}
+	if err := c.freeWork(); err != nil {
+		return nil, err
+	}
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	p := c.devs[c.primary]
+	mr, err := p.pd.AllocMR(n, access)
+	if err != nil {
+		return nil, fmt.Errorf("coll: rank %d: working buffer of %d bytes: %w", c.rank, n, err)
+	}
+	w := &work{buf: mr.Bytes(), mrs: map[string]*verbs.MR{c.primary: mr}, lkeys: map[string]uint32{}, addrs: map[string]uint64{}}
+	for name, d := range c.devs {
+		if name != c.primary {
+			if w.mrs[name], err = d.pd.RegMR(w.buf, access); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for name, m := range w.mrs {
+		w.lkeys[name], w.addrs[name] = m.LKey(), m.Addr()
+	}
+	c.work = w
+	return w, nil
+}
+
+func (c *Comm) freeWork() error {
+	if c.work == nil {
+		return nil
+	}
+	var first error
+	for name, m := range c.work.mrs {
+		if name != c.primary {
+			if err := m.Dereg(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	if err := c.work.mrs[c.primary].Dereg(); err != nil && first == nil {
+		first = err
+	}
+	c.work = nil
+	return first
+}
+
+// algorithm picks the algorithm of a call: IBEX_ALGO if set and
+// supported, else the default (a cost model replaces this).
+func (c *Comm) algorithm(coll algo.Collective) (algo.Algorithm, error) {
+	if s := os.Getenv("IBEX_ALGO"); s != "" {
+		a, err := algo.ParseAlgorithm(s)
+		if err != nil {
+			return 0, fmt.Errorf("coll: IBEX_ALGO=%q: %w", s, err)
+		}
+		return a, nil
+	}
+	if coll == algo.AllToAll {
+		return algo.Direct, nil
+	}
+	return algo.Ring, nil
+}
+
+// steps turns a rank's program into byte ranges of the working buffer.
+func steps(s *algo.Schedule, rank, count, esize int) []execStep {
+	rng := func(first, n int) (int, int) {
+		lo, _ := s.SlotRange(count, first)
+		_, hi := s.SlotRange(count, first+n-1)
+		return lo * esize, (hi - lo) * esize
+	}
+	prog := s.Program(rank)
+	out := make([]execStep, len(prog))
+	for i, st := range prog {
+		for _, t := range st.Sends {
+			off, n := rng(t.Src, t.Len)
+			out[i].sends = append(out[i].sends, xfer{peer: t.Peer, off: off, n: n})
+		}
+		for _, t := range st.Recvs {
+			off, n := rng(t.Dst, t.Len)
+			out[i].recvs = append(out[i].recvs, xfer{peer: t.Peer, off: off, n: n, reduce: t.Reduce})
+		}
+	}
+	return out
+}
+
+// AllReduce reduces count elements of type dt with op over every rank;
+// every rank gets the same result in recvbuf. sendbuf and recvbuf may be
+// the same slice (in place). Every rank must make the same call.
+func (c *Comm) AllReduce(ctx context.Context, sendbuf, recvbuf []byte, count int, dt reduce.DType, op reduce.Op) error {
+	return c.collective(ctx, algo.AllReduce, 0, sendbuf, recvbuf, count, dt, op)
+}
+
+// ReduceScatter reduces size×count elements and leaves block r (count
+// elements) on rank r.
+func (c *Comm) ReduceScatter(ctx context.Context, sendbuf, recvbuf []byte, count int, dt reduce.DType, op reduce.Op) error {
+	return c.collective(ctx, algo.ReduceScatter, 0, sendbuf, recvbuf, count, dt, op)
+}
+
+// AllGather gathers count elements from every rank into size×count
+// elements on every rank, rank r's at block r.
+func (c *Comm) AllGather(ctx context.Context, sendbuf, recvbuf []byte, count int, dt reduce.DType) error {
+	return c.collective(ctx, algo.AllGather, 0, sendbuf, recvbuf, count, dt, reduce.Sum)
+}
+
+// Broadcast copies root's count elements to every rank.
+func (c *Comm) Broadcast(ctx context.Context, sendbuf, recvbuf []byte, count int, dt reduce.DType, root int) error {
+	return c.collective(ctx, algo.Broadcast, root, sendbuf, recvbuf, count, dt, reduce.Sum)
+}
+
+// Reduce reduces count elements onto root; recvbuf matters only there.
+func (c *Comm) Reduce(ctx context.Context, sendbuf, recvbuf []byte, count int, dt reduce.DType, op reduce.Op, root int) error {
+	return c.collective(ctx, algo.Reduce, root, sendbuf, recvbuf, count, dt, op)
+}
+
+// AllToAll sends block j (count elements) of sendbuf to rank j, which
+// places it at block r of its recvbuf.
+func (c *Comm) AllToAll(ctx context.Context, sendbuf, recvbuf []byte, count int, dt reduce.DType) error {
+	return c.collective(ctx, algo.AllToAll, 0, sendbuf, recvbuf, count, dt, reduce.Sum)
+}
+
+// collective runs one call: lay the input into the working buffer as
+// coll/algo's conventions say, run the schedule, take the output out.
+func (c *Comm) collective(ctx context.Context, kind algo.Collective, root int, sendbuf, recvbuf []byte, count int, dt reduce.DType, op reduce.Op) error {
+	esize := dt.Size()
+	n, N := count*esize, c.size
+	in, out := n, n // bytes of input and output per rank
+	work := n
+	switch kind {
+	case algo.ReduceScatter:
+		in, work = N*n, N*n
+	case algo.AllGather:
+		out, work = N*n, N*n
+	case algo.AllToAll:
+		in, out, work = N*n, N*n, 2*N*n
+	}
+	if count < 0 || len(sendbuf) < in || len(recvbuf) < out {
+		return fmt.Errorf("coll: %v of %d %v: needs %d bytes of input and %d of output; got %d and %d", kind, count, dt, in, out, len(sendbuf), len(recvbuf))
+	}
+	if root < 0 || root >= N {
+		return fmt.Errorf("coll: %v: root %d of %d ranks", kind, root, N)
+	}
+	a, err := c.algorithm(kind)
+	if err != nil {
+		return err
+	}
+	if a == algo.RecDoubling && kind == algo.AllReduce {
+		return fmt.Errorf("coll: all_reduce: algorithm %v is not run by the executor yet (its steps send and receive the same slots)", a)
+	}
+	s, err := algo.Generate(kind, a, N, root, 1)
+	if err != nil {
+		return fmt.Errorf("coll: %v: %w", kind, err)
+	}
+	w, err := c.workBuffer(work)
+	if err != nil {
+		return err
+	}
+	buf := w.buf[:work]
+	r := c.rank
+	switch kind {
+	case algo.AllGather:
+		copy(buf[r*n:(r+1)*n], sendbuf[:n])
+	case algo.AllToAll:
+		copy(buf[:N*n], sendbuf[:N*n])
+		copy(buf[(N+r)*n:(N+r+1)*n], sendbuf[r*n:(r+1)*n])
+	case algo.Broadcast:
+		if r == root {
+			copy(buf, sendbuf[:n])
+		}
+	default:
+		copy(buf, sendbuf[:in])
+	}
+	c.calls++
+	var rerr error
+	red := func(dst, src []byte) {
+		if err := reduce.Reduce(dst, src, dt, op); err != nil && rerr == nil {
+			rerr = err
+		}
+	}
+	if err := c.run(ctx, c.calls, steps(s, r, count, esize), buf, w.lkeys, w.addrs, red); err != nil {
+		return fmt.Errorf("coll: %v of %d %v (%v): %w", kind, count, dt, a, err)
+	}
+	if rerr != nil {
+		return rerr
+	}
+	switch kind {
+	case algo.ReduceScatter:
+		if err := reduce.Finish(buf[r*n:(r+1)*n], dt, op, N); err != nil {
+			return err
+		}
+		copy(recvbuf[:n], buf[r*n:(r+1)*n])
+	case algo.AllGather:
+		copy(recvbuf[:N*n], buf)
+	case algo.AllToAll:
+		copy(recvbuf[:N*n], buf[N*n:])
+	case algo.Reduce:
+		if r == root {
+			if err := reduce.Finish(buf, dt, op, N); err != nil {
+				return err
+			}
+			copy(recvbuf[:n], buf)
+		}
+	case algo.AllReduce:
+		if err := reduce.Finish(buf, dt, op, N); err != nil {
+			return err
+		}
+		copy(recvbuf[:n], buf)
+	default:
+		copy(recvbuf[:n], buf)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package coll
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ibex-rdma/ibex/coll/reduce"
+)
+
+// TestCollectives checks reduce_scatter, all_gather, broadcast, reduce and
+// all_to_all element by element, on loop0 (1 to 5 ranks) and shm0 (3),
+// with every root for the rooted ones and counts 0, 1 and 1001.
+func TestCollectives(t *testing.T) {
+	dt := reduce.Int64
+	for _, c := range []struct {
+		tr    string
+		sizes []int
+	}{{"loop0", []int{1, 2, 3, 5}}, {"shm0", []int{3}}} {
+		for _, size := range c.sizes {
+			t.Run(fmt.Sprintf("%s/%d", c.tr, size), func(t *testing.T) {
+				runRanks(t, size, Options{Transport: c.tr, Landing: 8 * 4096, Credits: 8}, func(cm *Comm) error {
+					r, N := cm.Rank(), size
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					for _, count := range []int{0, 1, 1001} {
+						// reduce_scatter: input N*count, block b element i = value(r, b*count+i).
+						in := make([]byte, 8*N*count)
+						for i := range N * count {
+							put(in, dt, i, float64(value(r, i)))
+						}
+						out := make([]byte, 8*count)
+						if err := cm.ReduceScatter(ctx, in, out, count, dt, reduce.Sum); err != nil {
+							return err
+						}
+						for i := range count {
+							if got, want := get(out, dt, i), expect(reduce.Sum, N, r*count+i); got != want {
+								return fmt.Errorf("reduce_scatter count %d: element %d = %v, want %v", count, i, got, want)
+							}
+						}
+						// all_gather: rank q's element i = value(q, i).
+						mine := make([]byte, 8*count)
+						for i := range count {
+							put(mine, dt, i, float64(value(r, i)))
+						}
+						all := make([]byte, 8*N*count)
+						if err := cm.AllGather(ctx, mine, all, count, dt); err != nil {
+							return err
+						}
+						for q := range N {
+							for i := range count {
+								if got := get(all, dt, q*count+i); got != float64(value(q, i)) {
+									return fmt.Errorf("all_gather count %d: block %d element %d = %v", count, q, i, got)
+								}
+							}
+						}
+						for root := range N {
+							got := make([]byte, 8*count)
+							if err := cm.Broadcast(ctx, mine, got, count, dt, root); err != nil {
+								return err
+							}
+							for i := range count {
+								if v := get(got, dt, i); v != float64(value(root, i)) {
+									return fmt.Errorf("broadcast from %d count %d: element %d = %v", root, count, i, v)
+								}
+							}
+							red := make([]byte, 8*count)
+							if err := cm.Reduce(ctx, mine, red, count, dt, reduce.Max, root); err != nil {
+								return err
+							}
+							if r == root {
+								for i := range count {
+									if v, want := get(red, dt, i), expect(reduce.Max, N, i); v != want {
+										return fmt.Errorf("reduce to %d count %d: element %d = %v, want %v", root, count, i, v, want)
+									}
+								}
+							}
+						}
+						// all_to_all: block j of rank r's input = 1000*r + j; rank r's output block q = 1000*q + r.
+						a2a := make([]byte, 8*N*count)
+						for j := range N {
+							for i := range count {
+								put(a2a, dt, j*count+i, float64(1000*r+j))
+							}
+						}
+						res := make([]byte, 8*N*count)
+						if err := cm.AllToAll(ctx, a2a, res, count, dt); err != nil {
+							return err
+						}
+						for q := range N {
+							for i := range count {
+								if v := get(res, dt, q*count+i); v != float64(1000*q+r) {
+									return fmt.Errorf("all_to_all count %d: block %d element %d = %v, want %d", count, q, i, v, 1000*q+r)
+								}
+							}
+						}
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
