@@ -290,10 +290,14 @@ func divide(buf []byte, dt DType, n int) {
 	}
 }
 
-// loadLE decodes little-endian elements of src into native ones in dst.
-// On a little-endian host this is a copy; encoding/binary compiles each
-// element to one load there.
+// loadLE decodes little-endian elements of src into native ones in dst:
+// a copy on a little-endian host, a byte swap per element on a big-endian
+// one (tested on little-endian hosts by clearing littleEndian).
 func loadLE(dst, src []byte, size int) {
+	if littleEndian {
+		copy(dst, src)
+		return
+	}
 	switch size {
 	case 1:
 		copy(dst, src)
@@ -317,6 +321,10 @@ func loadLE(dst, src []byte, size int) {
 
 // storeLE is the inverse of loadLE.
 func storeLE(dst, src []byte, size int) {
+	if littleEndian {
+		copy(dst, src)
+		return
+	}
 	switch size {
 	case 1:
 		copy(dst, src)

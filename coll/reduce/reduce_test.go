@@ -183,7 +183,22 @@ func (g guarded) checkGuards(t *testing.T, label string) {
 // TestReduceRandom checks every dtype × op against the reference on
 // random data, for Reduce and Reduce3, aligned and misaligned, with dst
 // aliasing an operand, across the bounce buffer's chunk boundary.
-func TestReduceRandom(t *testing.T) {
+func TestReduceRandom(t *testing.T) { testReduceRandom(t) }
+
+// TestReduceBigEndianPath runs TestReduceRandom as a big-endian host
+// would: every call through the bounce buffers, decoding elements one by
+// one with encoding/binary (to native little-endian order here).
+func TestReduceBigEndianPath(t *testing.T) {
+	if !littleEndian {
+		t.Skip("big-endian host: TestReduceRandom covers it")
+	}
+	littleEndian = false
+	defer func() { littleEndian = true }()
+	testReduceRandom(t)
+	testFinishRandom(t)
+}
+
+func testReduceRandom(t *testing.T) {
 	rng := newRand(t)
 	for _, dt := range allDTypes {
 		for _, op := range allOps {
@@ -257,7 +272,9 @@ func TestReduceRandom(t *testing.T) {
 // TestFinishRandom checks Avg's division against the exact quotient
 // rounded once, for several rank counts, aligned and misaligned, and that
 // Finish leaves the other ops' results alone.
-func TestFinishRandom(t *testing.T) {
+func TestFinishRandom(t *testing.T) { testFinishRandom(t) }
+
+func testFinishRandom(t *testing.T) {
 	rng := newRand(t)
 	for _, dt := range allDTypes {
 		t.Run(dt.String(), func(t *testing.T) {
