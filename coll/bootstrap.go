@@ -3,6 +3,7 @@ package coll
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -529,4 +530,15 @@ func LocalRanks(peers []Peer, rank int) []int {
 	}
 	sort.Ints(out)
 	return out
+}
+
+// EnvUniqueID is the unique ID ranks started by a launcher share without
+// passing one around: the rendezvous address, and a magic derived from it
+// and the job size (so ranks of another job on the same address are
+// refused).
+func EnvUniqueID(e Env) UniqueID {
+	id := UniqueID{Addr: e.Addr}
+	sum := sha256.Sum256([]byte(fmt.Sprintf("ibex coll %s %d %s", e.Addr, e.Size, e.Launcher)))
+	copy(id.Magic[:], sum[:])
+	return id
 }

@@ -279,7 +279,9 @@ func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (_ *
 			return nil, fmt.Errorf("coll: rank %d reaches rank %d over %s but rank %d chose %s (IBEX_TRANSPORT differs?)", rank, q, l.dev.name, q, mine.dev)
 		}
 		l.rAddr, l.rKey = mine.info.Addr, mine.info.RKey
-		if err := l.qp.Connect(mine.info, verbs.ConnectOptions{}); err != nil {
+		// A receive is reposted at once; an RNR wait should be short.
+		rnr := verbs.ConnectOptions{Set: verbs.AttrMinRNRTimer, Attr: verbs.QPAttr{MinRNRTimer: 1}}
+		if err := l.qp.Connect(mine.info, rnr); err != nil {
 			return nil, fmt.Errorf("coll: rank %d: connect to rank %d: %w", rank, q, err)
 		}
 	}

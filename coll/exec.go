@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+
 	"sort"
 	"strings"
 
@@ -67,6 +71,7 @@ func (c *Comm) run(ctx context.Context, seq uint32, steps []execStep, buf []byte
 		}
 	}
 	wc := make([]verbs.WC, 32)
+	idle := 0
 	for si, st := range steps {
 		pendingSends, pendingRecvs := 0, 0
 		for _, x := range st.sends {
@@ -174,9 +179,9 @@ func (c *Comm) run(ctx context.Context, seq uint32, steps []execStep, buf []byte
 				if err := ctx.Err(); err != nil {
 					return c.stuck(ctx, si, len(steps), runs)
 				}
-				// Let other goroutines run: ranks of one process, and the
-				// providers' own goroutines.
-				runtime.Gosched()
+				c.idle(&idle)
+			} else {
+				idle = 0
 			}
 			for _, r := range runs {
 				if r != nil && r.l.recvsPost < 2*c.opt.Credits {
@@ -223,6 +228,27 @@ func (c *Comm) match(r *linkRun, seq uint32, step int, buf []byte, reduce func(d
 		k++
 	}
 	return k, nil
+}
+
+// idle is called after a round that found no completion. It lets other
+// goroutines run (ranks of one process, providers' goroutines), then
+// other threads (a provider's progress thread needs a core that this
+// spinning thread holds on a small machine), and after a while sleeps on
+// a CQ for a moment so the machine can run what we wait for.
+func (c *Comm) idle(n *int) {
+	*n++
+	switch {
+	case *n < 64:
+		runtime.Gosched()
+	case *n < 20000:
+		_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	default:
+		for _, d := range c.devs {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
+			_ = d.cq.Wait(ctx)
+			cancel()
+		}
+	}
 }
 
 func (c *Comm) runByQPN(runs []*linkRun, qpn uint32) *linkRun {

@@ -49,7 +49,7 @@ func newRootCmd() *cobra.Command {
 		},
 	}
 	addDemoFlags(root, &demoOpt)
-	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newVersionCmd())
+	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newVersionCmd())
 	return root
 }
 

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestCollNp runs `ibex coll` with two rank processes on this host (shm0
+// between them) for all_reduce, all_gather and broadcast, and checks
+// nccl-tests' table: the column header, one row per size with 13 columns,
+// no wrong elements, and the footer.
+func TestCollNp(t *testing.T) {
+	for _, c := range []struct {
+		coll  string
+		redop string
+	}{{"all_reduce", "sum"}, {"all_gather", "none"}, {"broadcast", "none"}} {
+		t.Run(c.coll, func(t *testing.T) {
+			out, errOut, code := runMain(t, "coll", c.coll, "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-c", "1", "--np", "2", "--timeout", "60s")
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+			}
+			if !strings.Contains(out, "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong") {
+				t.Fatalf("no nccl-tests column header:\n%s", out)
+			}
+			var sizes []int
+			for _, line := range strings.Split(out, "\n") {
+				f := strings.Fields(line)
+				if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+					continue
+				}
+				if len(f) != 13 {
+					t.Fatalf("row %q: %d columns, want 13", line, len(f))
+				}
+				size, _ := strconv.Atoi(f[0])
+				sizes = append(sizes, size)
+				if f[2] != "float" || f[3] != c.redop || f[8] != "0" || f[12] != "0" {
+					t.Fatalf("row %q: want type float, redop %s and no wrong elements", line, c.redop)
+				}
+				for _, i := range []int{5, 9} {
+					if v, err := strconv.ParseFloat(f[i], 64); err != nil || v <= 0 {
+						t.Fatalf("row %q: time column %d is %q", line, i, f[i])
+					}
+				}
+			}
+			if want := []int{8, 64, 512, 4096, 32768}; len(sizes) != len(want) {
+				t.Fatalf("sizes %v, want %v", sizes, want)
+			}
+			if !strings.Contains(out, "# Out of bounds values : 0 OK") || !strings.Contains(out, "# Avg bus bandwidth    : ") {
+				t.Fatalf("no footer:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestCollBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"coll", "all_sum"},
+		{"coll", "all_reduce", "-b", "1K", "-e", "8"},
+		{"coll", "all_reduce", "-d", "complex"},
+		{"coll", "all_reduce", "-o", "xor"},
+		{"coll", "all_reduce", "-f", "1"},
+	} {
+		_, errOut, code := runMain(t, args...)
+		if code == 0 || !strings.Contains(errOut, "coll") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
