@@ -85,6 +85,7 @@ type Comm struct {
 	boot       *Boot   // the bootstrap network, kept for barriers
 	work       *work   // the registered working buffer
 	calls      uint32  // collective calls so far (their number goes in the immediates)
+	idleSince  time.Time
 }
 
 // Rank is this rank; Size the number of ranks.
@@ -260,6 +261,9 @@ func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (_ *
 	for q, data := range table {
 		if q == rank {
 			continue
+		}
+		if len(data) == 0 && size > 1 {
+			return nil, fmt.Errorf("coll: rank %d: rank %d failed to set up its links (its own error says why)", rank, q)
 		}
 		theirs, err := decodeEndpoints(data)
 		if err != nil {

@@ -237,6 +237,10 @@ func launchRanks(ctx context.Context, out, errOut io.Writer, np int) error {
 	for r := range np {
 		c := exec.CommandContext(ctx, exe, os.Args[1:]...)
 		c.Env = append(os.Environ(), fmt.Sprintf("%s=%d", collRankEnv, r), fmt.Sprintf("%s=%d", collSizeEnv, np), "IBEX_RENDEZVOUS="+addr)
+		if os.Getenv("IBEX_UDP_ADDR") == "" {
+			// Each rank its own RoCEv2 address, should it use udp0.
+			c.Env = append(c.Env, fmt.Sprintf("IBEX_UDP_ADDR=127.0.%d.%d", 100+os.Getpid()%100, 10+r))
+		}
 		c.Stderr = errOut
 		if r == 0 {
 			c.Stdout = out
