@@ -232,3 +232,61 @@ func (c *Comm) collective(ctx context.Context, kind algo.Collective, root int, s
 	}
 	return nil
 }
+
+// Barrier returns once every rank has called it: an all-reduce of nothing
+// (zero-byte pieces still travel every link of the ring).
+func (c *Comm) Barrier(ctx context.Context) error {
+	if err := c.collective(ctx, algo.AllReduce, 0, nil, nil, 0, reduce.Int8, reduce.Sum); err != nil {
+		return fmt.Errorf("coll: barrier: %w", err)
+	}
+	return nil
+}
+
+// Send sends count elements to rank peer, which must call Recv with the
+// same count and type. Sends and receives between two ranks match in
+// order.
+func (c *Comm) Send(ctx context.Context, buf []byte, count int, dt reduce.DType, peer int) error {
+	return c.p2p(ctx, buf, count, dt, peer, true)
+}
+
+// Recv receives count elements from rank peer into buf.
+func (c *Comm) Recv(ctx context.Context, buf []byte, count int, dt reduce.DType, peer int) error {
+	return c.p2p(ctx, buf, count, dt, peer, false)
+}
+
+func (c *Comm) p2p(ctx context.Context, buf []byte, count int, dt reduce.DType, peer int, send bool) error {
+	op := "recv"
+	if send {
+		op = "send"
+	}
+	n := count * dt.Size()
+	switch {
+	case peer < 0 || peer >= c.size || peer == c.rank:
+		return fmt.Errorf("coll: %s: peer %d: want another rank of %d", op, peer, c.size)
+	case count < 0 || len(buf) < n:
+		return fmt.Errorf("coll: %s: %d %v elements need %d bytes; the buffer has %d", op, count, dt, n, len(buf))
+	}
+	w, err := c.workBuffer(n)
+	if err != nil {
+		return err
+	}
+	st := execStep{}
+	if send {
+		copy(w.buf[:n], buf[:n])
+		st.sends = []xfer{{peer: peer, n: n}}
+	} else {
+		st.recvs = []xfer{{peer: peer, n: n}}
+	}
+	// Point-to-point calls do not advance the collective call number: two
+	// ranks exchanging messages need not have made the same collectives.
+	if err := c.run(ctx, p2pSeq, []execStep{st}, w.buf[:n], w.lkeys, w.addrs, nil); err != nil {
+		return fmt.Errorf("coll: %s of %d %v with rank %d: %w", op, count, dt, peer, err)
+	}
+	if !send {
+		copy(buf[:n], w.buf[:n])
+	}
+	return nil
+}
+
+// p2pSeq is the call number point-to-point pieces carry.
+const p2pSeq = immSeqMask

@@ -102,3 +102,48 @@ func TestCollectives(t *testing.T) {
 		}
 	}
 }
+
+// TestSendRecvBarrier: a ring of Send/Recv (even ranks send first), then a
+// barrier, on loop0 and shm0.
+func TestSendRecvBarrier(t *testing.T) {
+	for _, tr := range []string{"loop0", "shm0"} {
+		t.Run(tr, func(t *testing.T) {
+			runRanks(t, 4, Options{Transport: tr, Landing: 8 * 4096, Credits: 8}, func(cm *Comm) error {
+				r, N := cm.Rank(), cm.Size()
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				const count = 20000 // several landing slots
+				out := make([]byte, 8*count)
+				for i := range count {
+					put(out, reduce.Int64, i, float64(r*100000+i))
+				}
+				in := make([]byte, 8*count)
+				next, prev := (r+1)%N, (r+N-1)%N
+				if r%2 == 0 {
+					if err := cm.Send(ctx, out, count, reduce.Int64, next); err != nil {
+						return err
+					}
+					if err := cm.Recv(ctx, in, count, reduce.Int64, prev); err != nil {
+						return err
+					}
+				} else {
+					if err := cm.Recv(ctx, in, count, reduce.Int64, prev); err != nil {
+						return err
+					}
+					if err := cm.Send(ctx, out, count, reduce.Int64, next); err != nil {
+						return err
+					}
+				}
+				for i := range count {
+					if v := get(in, reduce.Int64, i); v != float64(prev*100000+i) {
+						return fmt.Errorf("from rank %d: element %d = %v", prev, i, v)
+					}
+				}
+				if err := cm.Send(ctx, out, 1, reduce.Int64, r); err == nil {
+					return fmt.Errorf("a send to ourselves was accepted")
+				}
+				return cm.Barrier(ctx)
+			})
+		})
+	}
+}
