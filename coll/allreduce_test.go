@@ -2,7 +2,6 @@ package coll
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"strings"
@@ -17,30 +16,9 @@ import (
 // nccl-tests method).
 func value(r, i int) int64 { return int64((r*7+i*3)%11) + 1 }
 
-func put(b []byte, dt reduce.DType, i int, v float64) {
-	switch dt {
-	case reduce.Int32:
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(int32(v)))
-	case reduce.Int64:
-		binary.LittleEndian.PutUint64(b[8*i:], uint64(int64(v)))
-	case reduce.Float32:
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
-	case reduce.Float64:
-		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
-	}
-}
+func put(b []byte, dt reduce.DType, i int, v float64) { reduce.SetValue(b, dt, i, v) }
 
-func get(b []byte, dt reduce.DType, i int) float64 {
-	switch dt {
-	case reduce.Int32:
-		return float64(int32(binary.LittleEndian.Uint32(b[4*i:])))
-	case reduce.Int64:
-		return float64(int64(binary.LittleEndian.Uint64(b[8*i:])))
-	case reduce.Float32:
-		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
-	}
-	return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-}
+func get(b []byte, dt reduce.DType, i int) float64 { return reduce.Value(b, dt, i) }
 
 func expect(op reduce.Op, size, i int) float64 {
 	acc := float64(value(0, i))

@@ -126,7 +126,7 @@ func (c *Comm) benchOne(ctx context.Context, cfg BenchConfig, count int, inPlace
 	send := make([]byte, max(inN, outN))
 	fill := func() {
 		for i := range inN / es {
-			putValue(send, cfg.DType, i, benchValue(c.rank, i))
+			reduce.SetValue(send, cfg.DType, i, benchValue(c.rank, i))
 		}
 	}
 	fill()
@@ -204,7 +204,7 @@ func (c *Comm) checkBench(cfg BenchConfig, out []byte, count int) int64 {
 		return acc
 	}
 	check := func(i int, want float64) {
-		if got := getValue(out, cfg.DType, i); math.Abs(got-want) > 1e-3*math.Max(1, math.Abs(want)) {
+		if got := reduce.Value(out, cfg.DType, i); math.Abs(got-want) > 1e-3*math.Max(1, math.Abs(want)) {
 			wrong++
 		}
 	}
