@@ -68,9 +68,21 @@ func (c *Comm) freeWork() error {
 	return first
 }
 
-// algorithm picks the algorithm of a call: IBEX_ALGO if set and
-// supported, else the default (a cost model replaces this).
-func (c *Comm) algorithm(coll algo.Collective) (algo.Algorithm, error) {
+type algoKey struct{}
+
+// WithAlgorithm returns a context under which collective calls use
+// algorithm a instead of the one the cost model picks (and IBEX_ALGO).
+// Every rank must use the same algorithm for a call.
+func WithAlgorithm(ctx context.Context, a algo.Algorithm) context.Context {
+	return context.WithValue(ctx, algoKey{}, a)
+}
+
+// algorithm picks the algorithm of a call: the context's (WithAlgorithm),
+// else IBEX_ALGO if set, else the default (a cost model replaces this).
+func (c *Comm) algorithm(ctx context.Context, coll algo.Collective) (algo.Algorithm, error) {
+	if a, ok := ctx.Value(algoKey{}).(algo.Algorithm); ok {
+		return a, nil
+	}
 	if s := os.Getenv("IBEX_ALGO"); s != "" {
 		a, err := algo.ParseAlgorithm(s)
 		if err != nil {
@@ -162,7 +174,7 @@ func (c *Comm) collective(ctx context.Context, kind algo.Collective, root int, s
 	if root < 0 || root >= N {
 		return fmt.Errorf("coll: %v: root %d of %d ranks", kind, root, N)
 	}
-	a, err := c.algorithm(kind)
+	a, err := c.algorithm(ctx, kind)
 	if err != nil {
 		return err
 	}
