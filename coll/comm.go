@@ -3,12 +3,15 @@ package coll
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -23,6 +26,10 @@ type Options struct {
 	// Landing/Credits bytes each (default 4 MiB, 8 credits).
 	Landing int
 	Credits int
+	// Model is the cost model algorithms are chosen by; nil: the file
+	// named by IBEX_COLL_MODEL, else DefaultModel. Only rank 0's counts:
+	// it is handed to every rank at NewComm, so all choose alike.
+	Model *Model
 }
 
 const (
@@ -86,6 +93,19 @@ type Comm struct {
 	work       *work   // the registered working buffer
 	calls      uint32  // collective calls so far (their number goes in the immediates)
 	idleSince  time.Time
+	model      Model
+	choices    map[choiceKey]algo.Algorithm
+	broken     error       // set when a call failed: every later call fails with it
+	abortReq   atomic.Bool // Abort was called
+}
+
+// Abort makes the call in progress on this communicator, and every later
+// one, return an error wrapping ErrAborted within about a millisecond, and
+// tells the peers, whose calls then fail the same way. It may be called
+// from any goroutine, any number of times. Close must still be called; it
+// does not wait for the other ranks after an abort.
+func (c *Comm) Abort() {
+	c.abortReq.Store(true)
 }
 
 // Rank is this rank; Size the number of ranks.
@@ -170,15 +190,7 @@ func decodeEndpoints(b []byte) ([]endpoint, error) {
 }
 
 // deviceFor picks the device that reaches peer q.
-func (c *Comm) deviceFor(q int) string {
-	if c.opt.Transport != "" {
-		return c.opt.Transport
-	}
-	if c.peers[q].Host == c.peers[c.rank].Host {
-		return "shm0"
-	}
-	return "udp0"
-}
+func (c *Comm) deviceFor(q int) string { return c.transportBetween(c.rank, q) }
 
 func (c *Comm) device(name string) (*device, error) {
 	if d := c.devs[name]; d != nil {
@@ -221,6 +233,31 @@ func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (_ *
 	}
 	c.boot = boot
 	c.peers = boot.Peers()
+	// Rank 0's cost model for everyone.
+	var mine []byte
+	if rank == 0 {
+		m := DefaultModel()
+		switch {
+		case opt.Model != nil:
+			m = *opt.Model
+		case os.Getenv(ModelEnv) != "":
+			if m, err = LoadModel(os.Getenv(ModelEnv)); err != nil {
+				return nil, err
+			}
+		}
+		if mine, err = json.Marshal(m); err != nil {
+			return nil, err
+		}
+	}
+	models, err := boot.AllGather(ctx, mine)
+	if err != nil {
+		return nil, err
+	}
+	m, err := parseModel(models[0], "from rank 0")
+	if err != nil {
+		return nil, err
+	}
+	c.setModel(m)
 	// The primary device holds the working buffers: the forced transport,
 	// else shared memory.
 	c.primary = opt.Transport
@@ -296,9 +333,19 @@ func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (_ *
 const closeWait = 10 * time.Second
 
 // Close waits until every rank closes (so no rank tears down a link a peer
-// still uses), then destroys the links and closes the devices.
+// still uses), then destroys the links and closes the devices. After an
+// abort or a failed call it does not wait.
 func (c *Comm) Close() error {
 	var errs []string
+	if c.abortReq.Load() && c.broken == nil && c.links != nil {
+		c.breakComm(fmt.Errorf("coll: rank %d: %w by Abort", c.rank, ErrAborted))
+	}
+	if c.boot != nil && c.broken != nil {
+		// The links are in an unknown state and the peers were told;
+		// closing the bootstrap connections ends their Close barriers.
+		c.boot.Close()
+		c.boot = nil
+	}
 	if c.boot != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 		if _, err := c.boot.AllGather(ctx, nil); err != nil {

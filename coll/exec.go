@@ -2,6 +2,7 @@ package coll
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sort"
@@ -10,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ibex-rdma/ibex/coll/algo"
+	"github.com/ibex-rdma/ibex/coll/reduce"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -22,6 +25,16 @@ import (
 // credits in a cycle. A step ends when its sends completed and its
 // receives were applied; a send in step i reads what steps < i left.
 
+// ErrAborted is wrapped by the error of every call on a communicator that
+// was aborted: by Abort, by a peer that aborted or failed, or by an
+// earlier failed call (after which the links' state is unknown).
+var ErrAborted = errors.New("communicator aborted")
+
+// ErrMismatch is wrapped by the error of a call whose peers made a
+// different call: another collective, count, type, op, root or algorithm,
+// or the same calls in another order.
+var ErrMismatch = errors.New("mismatched calls")
+
 // xfer is one transfer of a step: bytes [off, off+n) of the working
 // buffer to (send) or from (receive) a peer.
 type xfer struct {
@@ -32,17 +45,72 @@ type xfer struct {
 
 type execStep struct {
 	sends, recvs []xfer
+	// overlap: a receive writes bytes a send of the same step reads (rd
+	// all-reduce); such a receive piece waits for those send pieces.
+	overlap bool
 }
 
-// imm layout: bit 31 set = a credit return (low bits: how many); else a
-// data piece: bits 24..30 the call's sequence number (mismatch check),
-// bits 0..23 the piece's sequence number on this link.
+// The immediate of a WRITE_WITH_IMM. Bit 31 clear: a data piece, bits
+// 24..30 the call's number (mod 127; 127 marks point-to-point), bits
+// 0..23 the call's descriptor. Bits 31 and 30 set: the sender aborted the
+// communicator. Bit 31 alone: a credit return, the low bits how many.
 const (
 	immCredit   = 1 << 31
+	immAbort    = 1<<31 | 1<<30
 	immSeqShift = 24
 	immSeqMask  = 0x7f
-	immPieceMax = 1 << 24
+	immDescMask = 1<<24 - 1
+	p2pSeq      = immSeqMask // the call number point-to-point pieces carry
+	callSeqMod  = immSeqMask // collectives number their calls mod 127
 )
+
+// The call descriptor (24 bits) every data piece carries, so that a rank
+// that receives a piece of another call says so instead of reducing it:
+//
+//	bits 21..23 collective (7: point-to-point), 18..20 algorithm,
+//	15..17 op, 11..14 dtype, 7..10 root mod 16, 0..6 a hash of the count
+func descriptor(kind algo.Collective, a algo.Algorithm, count int, dt reduce.DType, op reduce.Op, root int) uint32 {
+	h := uint32(uint64(count)*0x9E3779B97F4A7C15>>57) & 0x7f
+	return uint32(kind&7)<<21 | uint32(a&7)<<18 | uint32(op&7)<<15 | uint32(dt&15)<<11 | uint32(root&15)<<7 | h
+}
+
+const p2pKind = 7
+
+// describe names what a descriptor says for a mismatch error.
+func describe(d uint32) string {
+	kind := algo.Collective(d >> 21 & 7)
+	dt, op := reduce.DType(d>>11&15), reduce.Op(d>>15&7)
+	if kind == p2pKind {
+		return fmt.Sprintf("send/recv of %v", dt)
+	}
+	return fmt.Sprintf("%v of %v %v (%v)", kind, dt, op, algo.Algorithm(d>>18&7))
+}
+
+// mismatch explains how descriptor theirs differs from ours.
+func mismatch(ours, theirs uint32) string {
+	var diff []string
+	if ours>>11 != theirs>>11 {
+		diff = append(diff, fmt.Sprintf("it called %s, we %s", describe(theirs), describe(ours)))
+	}
+	if ours>>7&15 != theirs>>7&15 {
+		diff = append(diff, "the root differs")
+	}
+	if ours&0x7f != theirs&0x7f {
+		diff = append(diff, "the count differs")
+	}
+	return strings.Join(diff, "; ")
+}
+
+// call is one collective or point-to-point call for the executor.
+type call struct {
+	seq    uint32 // call number mod 127, or p2pSeq
+	desc   uint32
+	steps  []execStep
+	buf    []byte            // the working buffer
+	lkeys  map[string]uint32 // its keys and addresses per device
+	addrs  map[string]uint64
+	reduce func(dst, src []byte) // for receives that reduce
+}
 
 // linkRun is a link's state during one call.
 type linkRun struct {
@@ -51,49 +119,92 @@ type linkRun struct {
 	sendQ    []piece
 	recvQ    []piece
 	outstand int // sends posted, not completed
+	done     int // this step's sends completed
 }
 
 type piece struct {
 	off, n int
 	reduce bool
+	gates  []gate // overlap steps: sends that must complete before this receive applies
 }
 
-// run executes steps on buf (registered as wbuf per device by the caller
-// through lkeys), applying reduce to received pieces that reduce.
-func (c *Comm) run(ctx context.Context, seq uint32, steps []execStep, buf []byte, lkeys map[string]uint32, bufAddr map[string]uint64,
-	reduce func(dst, src []byte)) error {
+// gate: the first n send pieces of this step to rank q.
+type gate struct{ q, n int }
+
+// run executes one call. Any error leaves the links in an unknown state:
+// the communicator is then aborted, and the peers are told.
+func (c *Comm) run(ctx context.Context, cl *call) error {
+	if c.broken != nil {
+		return c.broken
+	}
+	err := c.exec(ctx, cl)
+	if err != nil {
+		c.breakComm(err)
+	}
+	return err
+}
+
+// breakComm aborts the communicator after err: later calls fail at once,
+// and every peer gets an abort notice so that its calls fail too instead
+// of waiting for their deadlines (best effort: a dead link cannot carry
+// it).
+func (c *Comm) breakComm(err error) {
+	if !errors.Is(err, ErrAborted) {
+		err = fmt.Errorf("%w: %w", ErrAborted, err)
+	}
+	c.broken = fmt.Errorf("coll: rank %d: communicator aborted after: %w", c.rank, err)
+	for _, l := range c.links {
+		if l == nil {
+			continue
+		}
+		wr := verbs.SendWR{ID: uint64(l.peer) | 2<<40, Opcode: verbs.WRRDMAWriteWithImm, Imm: immAbort,
+			RemoteAddr: l.rAddr, RKey: l.rKey}
+		_ = l.qp.PostSend([]verbs.SendWR{wr})
+	}
+}
+
+func (c *Comm) exec(ctx context.Context, cl *call) error {
 	pieceMax := c.opt.Landing / c.opt.Credits
 	runs := make([]*linkRun, c.size)
 	for q, l := range c.links {
 		if l != nil {
-			runs[q] = &linkRun{l: l, lkey: lkeys[l.dev.name]}
+			runs[q] = &linkRun{l: l, lkey: cl.lkeys[l.dev.name]}
+		}
+	}
+	cut := func(x xfer, emit func(off, n int)) {
+		for off := x.off; off < x.off+x.n || (x.n == 0 && off == x.off); off += pieceMax {
+			emit(off, min(pieceMax, x.off+x.n-off))
+			if x.n == 0 {
+				break
+			}
 		}
 	}
 	wc := make([]verbs.WC, 32)
 	idle := 0
-	for si, st := range steps {
+	for si, st := range cl.steps {
 		pendingSends, pendingRecvs := 0, 0
+		for _, r := range runs {
+			if r != nil {
+				r.done = 0
+			}
+		}
 		for _, x := range st.sends {
 			r := runs[x.peer]
-			for off := x.off; off < x.off+x.n || (x.n == 0 && off == x.off); off += pieceMax {
-				n := min(pieceMax, x.off+x.n-off)
+			cut(x, func(off, n int) {
 				r.sendQ = append(r.sendQ, piece{off: off, n: n})
 				pendingSends++
-				if x.n == 0 {
-					break
-				}
-			}
+			})
 		}
 		for _, x := range st.recvs {
 			r := runs[x.peer]
-			for off := x.off; off < x.off+x.n || (x.n == 0 && off == x.off); off += pieceMax {
-				n := min(pieceMax, x.off+x.n-off)
-				r.recvQ = append(r.recvQ, piece{off: off, n: n, reduce: x.reduce})
-				pendingRecvs++
-				if x.n == 0 {
-					break
+			cut(x, func(off, n int) {
+				p := piece{off: off, n: n, reduce: x.reduce}
+				if st.overlap {
+					p.gates = gates(runs, off, n)
 				}
-			}
+				r.recvQ = append(r.recvQ, p)
+				pendingRecvs++
+			})
 		}
 		// Receives for what will arrive: data pieces and credit returns;
 		// and pieces that arrived early (the peer was a step ahead).
@@ -104,13 +215,16 @@ func (c *Comm) run(ctx context.Context, seq uint32, steps []execStep, buf []byte
 			if err := c.postRecvs(r); err != nil {
 				return err
 			}
-			k, err := c.match(r, seq, si, buf, reduce)
+			k, err := c.match(runs, r, cl, si)
 			if err != nil {
 				return err
 			}
 			pendingRecvs -= k
 		}
 		for pendingSends > 0 || pendingRecvs > 0 {
+			if c.abortReq.Load() {
+				return fmt.Errorf("coll: rank %d: step %d of %d: %w by Abort", c.rank, si+1, len(cl.steps), ErrAborted)
+			}
 			for _, r := range runs {
 				if r == nil {
 					continue
@@ -119,10 +233,10 @@ func (c *Comm) run(ctx context.Context, seq uint32, steps []execStep, buf []byte
 					p := r.sendQ[0]
 					slot := r.l.sent % c.opt.Credits
 					wr := verbs.SendWR{ID: uint64(r.l.peer), Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled,
-						Imm:        (seq&immSeqMask)<<immSeqShift | uint32(r.l.sent%immPieceMax),
+						Imm:        cl.seq<<immSeqShift | cl.desc,
 						RemoteAddr: r.l.rAddr + uint64(slot*pieceMax), RKey: r.l.rKey}
 					if p.n > 0 {
-						wr.SGL = []verbs.SGE{{Addr: bufAddr[r.l.dev.name] + uint64(p.off), Length: uint32(p.n), LKey: r.lkey}}
+						wr.SGL = []verbs.SGE{{Addr: cl.addrs[r.l.dev.name] + uint64(p.off), Length: uint32(p.n), LKey: r.lkey}}
 					}
 					if err := r.l.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 						return fmt.Errorf("coll: rank %d: step %d: send to rank %d: %w", c.rank, si, r.l.peer, err)
@@ -133,7 +247,7 @@ func (c *Comm) run(ctx context.Context, seq uint32, steps []execStep, buf []byte
 					r.outstand++
 				}
 			}
-			progressed := false
+			progressed, sendDone := false, false
 			for _, d := range c.devs {
 				n, err := d.cq.Poll(wc)
 				if err != nil {
@@ -147,26 +261,46 @@ func (c *Comm) run(ctx context.Context, seq uint32, steps []execStep, buf []byte
 						if r != nil {
 							who = fmt.Sprint(r.l.peer)
 						}
-						return fmt.Errorf("coll: rank %d: step %d of %d: link to rank %s failed: %v", c.rank, si, len(steps), who, w)
+						return fmt.Errorf("coll: rank %d: step %d of %d: link to rank %s failed: %v", c.rank, si+1, len(cl.steps), who, w)
 					}
 					if r == nil {
 						continue
 					}
 					switch {
 					case w.Opcode == verbs.WCRDMAWrite:
-						if w.WRID != uint64(r.l.peer) { // a credit return completing
+						if w.WRID != uint64(r.l.peer) { // a credit return or notice completing
 							continue
 						}
 						r.outstand--
+						r.done++
 						pendingSends--
+						sendDone = true
+					case w.Imm&immAbort == immAbort:
+						r.l.recvsPost--
+						return fmt.Errorf("coll: rank %d: step %d of %d: rank %d aborted the communicator (its own error says why): %w", c.rank, si+1, len(cl.steps), r.l.peer, ErrAborted)
 					case w.Imm&immCredit != 0:
 						r.l.recvsPost--
 						r.l.credit += int(w.Imm &^ immCredit)
 					default:
 						r.l.recvsPost--
-						r.l.arrived = append(r.l.arrived, arrival{slot: r.l.recvd % c.opt.Credits, n: int(w.ByteLen), seq: (w.Imm >> immSeqShift) & immSeqMask})
+						a := arrival{slot: r.l.recvd % c.opt.Credits, n: int(w.ByteLen), seq: (w.Imm >> immSeqShift) & immSeqMask, desc: w.Imm & immDescMask}
+						if a.seq == cl.seq && a.desc != cl.desc {
+							return fmt.Errorf("coll: rank %d: %w: rank %d: %s", c.rank, ErrMismatch, r.l.peer, mismatch(cl.desc, a.desc))
+						}
+						r.l.arrived = append(r.l.arrived, a)
 						r.l.recvd++
-						k, err := c.match(r, seq, si, buf, reduce)
+						k, err := c.match(runs, r, cl, si)
+						if err != nil {
+							return err
+						}
+						pendingRecvs -= k
+					}
+				}
+			}
+			if sendDone && st.overlap {
+				for _, r := range runs {
+					if r != nil {
+						k, err := c.match(runs, r, cl, si)
 						if err != nil {
 							return err
 						}
@@ -176,7 +310,7 @@ func (c *Comm) run(ctx context.Context, seq uint32, steps []execStep, buf []byte
 			}
 			if !progressed {
 				if err := ctx.Err(); err != nil {
-					return c.stuck(ctx, si, len(steps), runs)
+					return c.stuck(ctx, si, len(cl.steps), runs)
 				}
 				c.idle(&idle)
 			} else {
@@ -194,32 +328,70 @@ func (c *Comm) run(ctx context.Context, seq uint32, steps []execStep, buf []byte
 	return nil
 }
 
+// gates lists, per link, how many of the step's send pieces (already cut,
+// in the links' sendQ) must complete before a receive into [off, off+n)
+// may be applied: up to the last one that reads those bytes.
+func gates(runs []*linkRun, off, n int) []gate {
+	var g []gate
+	for q, r := range runs {
+		if r == nil {
+			continue
+		}
+		last := -1
+		for i, s := range r.sendQ {
+			if s.off < off+n && off < s.off+s.n {
+				last = i
+			}
+		}
+		if last >= 0 {
+			g = append(g, gate{q: q, n: last + 1})
+		}
+	}
+	return g
+}
+
 // arrival is a piece in a landing slot, not yet applied.
 type arrival struct {
-	slot, n int
-	seq     uint32
+	slot, n   int
+	seq, desc uint32
 }
 
 // match applies arrived pieces to the receives the current step expects,
 // in order, returning the landing slots as credits. It returns how many it
 // applied.
-func (c *Comm) match(r *linkRun, seq uint32, step int, buf []byte, reduce func(dst, src []byte)) (int, error) {
+func (c *Comm) match(runs []*linkRun, r *linkRun, cl *call, step int) (int, error) {
 	pieceMax := c.opt.Landing / c.opt.Credits
 	k := 0
 	for len(r.recvQ) > 0 && len(r.l.arrived) > 0 {
 		a, p := r.l.arrived[0], r.recvQ[0]
-		if a.seq != seq&immSeqMask {
-			return k, fmt.Errorf("coll: rank %d: call %d, step %d: rank %d sent data of call %d: the ranks called different collectives or in a different order", c.rank, seq&immSeqMask, step, r.l.peer, a.seq)
+		if a.seq != cl.seq {
+			what := fmt.Sprintf("call %d", cl.seq)
+			if cl.seq == p2pSeq {
+				what = "a send/recv"
+			}
+			theirs := fmt.Sprintf("call %d", a.seq)
+			if a.seq == p2pSeq {
+				theirs = "a send/recv"
+			}
+			return k, fmt.Errorf("coll: rank %d: %w: in %s, step %d, rank %d sent data of %s: the ranks made their calls in a different order", c.rank, ErrMismatch, what, step+1, r.l.peer, theirs)
+		}
+		if a.desc != cl.desc {
+			return k, fmt.Errorf("coll: rank %d: %w: rank %d: %s", c.rank, ErrMismatch, r.l.peer, mismatch(cl.desc, a.desc))
 		}
 		if a.n != p.n {
-			return k, fmt.Errorf("coll: rank %d: step %d: rank %d sent a piece of %d bytes, expected %d (mismatched count, type or collective?)", c.rank, step, r.l.peer, a.n, p.n)
+			return k, fmt.Errorf("coll: rank %d: %w: step %d: rank %d sent a piece of %d bytes, expected %d (the count differs)", c.rank, ErrMismatch, step+1, r.l.peer, a.n, p.n)
+		}
+		for _, g := range p.gates {
+			if runs[g.q].done < g.n {
+				return k, nil // our send of these bytes is still in flight
+			}
 		}
 		r.l.arrived, r.recvQ = r.l.arrived[1:], r.recvQ[1:]
 		src := r.l.land.Bytes()[a.slot*pieceMax : a.slot*pieceMax+a.n]
 		if p.reduce {
-			reduce(buf[p.off:p.off+p.n], src)
+			cl.reduce(cl.buf[p.off:p.off+p.n], src)
 		} else {
-			copy(buf[p.off:p.off+p.n], src)
+			copy(cl.buf[p.off:p.off+p.n], src)
 		}
 		if err := c.returnCredit(r); err != nil {
 			return k, err

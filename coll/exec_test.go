@@ -52,7 +52,7 @@ func TestExecutorRingAllReduce(t *testing.T) {
 		for _, size := range []int{1, 2, 3, 4} {
 			t.Run(fmt.Sprintf("%s/%d", tr, size), func(t *testing.T) {
 				runRanks(t, size, Options{Transport: tr, Landing: 4 * 4096, Credits: 4}, func(c *Comm) error {
-					for call, n := range []int{0, 1, 7, 5000, 20011} {
+					for k, n := range []int{0, 1, 7, 5000, 20011} {
 						d := c.devs[tr]
 						mr, err := d.pd.AllocMR(max(8*n, 8), verbs.AccessLocalWrite)
 						if err != nil {
@@ -73,8 +73,8 @@ func TestExecutorRingAllReduce(t *testing.T) {
 							}
 						}
 						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-						err = c.run(ctx, uint32(call), ringAllReduceSteps(c.rank, size, n), buf,
-							map[string]uint32{tr: mr.LKey()}, map[string]uint64{tr: mr.Addr()}, sumInt64)
+						err = c.run(ctx, &call{seq: uint32(k) % callSeqMod, steps: ringAllReduceSteps(c.rank, size, n), buf: buf,
+							lkeys: map[string]uint32{tr: mr.LKey()}, addrs: map[string]uint64{tr: mr.Addr()}, reduce: sumInt64})
 						cancel()
 						if err != nil {
 							return fmt.Errorf("count %d: %w", n, err)

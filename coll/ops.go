@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/coll/reduce"
@@ -77,9 +78,11 @@ func WithAlgorithm(ctx context.Context, a algo.Algorithm) context.Context {
 	return context.WithValue(ctx, algoKey{}, a)
 }
 
-// algorithm picks the algorithm of a call: the context's (WithAlgorithm),
-// else IBEX_ALGO if set, else the default (a cost model replaces this).
-func (c *Comm) algorithm(ctx context.Context, coll algo.Collective) (algo.Algorithm, error) {
+// algorithm picks the algorithm of a call: the context's (WithAlgorithm);
+// else IBEX_ALGO's if it names one the collective supports (so
+// IBEX_ALGO=tree applies to all_reduce, broadcast and reduce); else the
+// cheapest by the cost model.
+func (c *Comm) algorithm(ctx context.Context, kind algo.Collective, count, esize int) (algo.Algorithm, error) {
 	if a, ok := ctx.Value(algoKey{}).(algo.Algorithm); ok {
 		return a, nil
 	}
@@ -88,12 +91,11 @@ func (c *Comm) algorithm(ctx context.Context, coll algo.Collective) (algo.Algori
 		if err != nil {
 			return 0, fmt.Errorf("coll: IBEX_ALGO=%q: %w", s, err)
 		}
-		return a, nil
+		if slices.Contains(algo.Supported(kind), a) {
+			return a, nil
+		}
 	}
-	if coll == algo.AllToAll {
-		return algo.Direct, nil
-	}
-	return algo.Ring, nil
+	return c.choose(kind, count, esize), nil
 }
 
 // steps turns a rank's program into byte ranges of the working buffer.
@@ -110,6 +112,7 @@ func steps(s *algo.Schedule, rank, count, esize int) []execStep {
 			off, n := rng(t.Src, t.Len)
 			out[i].sends = append(out[i].sends, xfer{peer: t.Peer, off: off, n: n})
 		}
+		out[i].overlap = st.Overlaps()
 		for _, t := range st.Recvs {
 			off, n := rng(t.Dst, t.Len)
 			out[i].recvs = append(out[i].recvs, xfer{peer: t.Peer, off: off, n: n, reduce: t.Reduce})
@@ -174,12 +177,9 @@ func (c *Comm) collective(ctx context.Context, kind algo.Collective, root int, s
 	if root < 0 || root >= N {
 		return fmt.Errorf("coll: %v: root %d of %d ranks", kind, root, N)
 	}
-	a, err := c.algorithm(ctx, kind)
+	a, err := c.algorithm(ctx, kind, count, esize)
 	if err != nil {
 		return err
-	}
-	if a == algo.RecDoubling && kind == algo.AllReduce {
-		return fmt.Errorf("coll: all_reduce: algorithm %v is not run by the executor yet (its steps send and receive the same slots)", a)
 	}
 	s, err := algo.Generate(kind, a, N, root, 1)
 	if err != nil {
@@ -204,6 +204,9 @@ func (c *Comm) collective(ctx context.Context, kind algo.Collective, root int, s
 	default:
 		copy(buf, sendbuf[:in])
 	}
+	if c.broken != nil {
+		return c.broken
+	}
 	c.calls++
 	var rerr error
 	red := func(dst, src []byte) {
@@ -211,7 +214,9 @@ func (c *Comm) collective(ctx context.Context, kind algo.Collective, root int, s
 			rerr = err
 		}
 	}
-	if err := c.run(ctx, c.calls, steps(s, r, count, esize), buf, w.lkeys, w.addrs, red); err != nil {
+	cl := &call{seq: c.calls % callSeqMod, desc: descriptor(kind, a, count, dt, op, root), steps: steps(s, r, count, esize),
+		buf: buf, lkeys: w.lkeys, addrs: w.addrs, reduce: red}
+	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: %v of %d %v (%v): %w", kind, count, dt, a, err)
 	}
 	if rerr != nil {
@@ -291,7 +296,8 @@ func (c *Comm) p2p(ctx context.Context, buf []byte, count int, dt reduce.DType, 
 	}
 	// Point-to-point calls do not advance the collective call number: two
 	// ranks exchanging messages need not have made the same collectives.
-	if err := c.run(ctx, p2pSeq, []execStep{st}, w.buf[:n], w.lkeys, w.addrs, nil); err != nil {
+	cl := &call{seq: p2pSeq, desc: descriptor(p2pKind, 0, count, dt, 0, 0), steps: []execStep{st}, buf: w.buf[:n], lkeys: w.lkeys, addrs: w.addrs}
+	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: %s of %d %v with rank %d: %w", op, count, dt, peer, err)
 	}
 	if !send {
@@ -299,6 +305,3 @@ func (c *Comm) p2p(ctx context.Context, buf []byte, count int, dt reduce.DType, 
 	}
 	return nil
 }
-
-// p2pSeq is the call number point-to-point pieces carry.
-const p2pSeq = immSeqMask
