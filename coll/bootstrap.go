@@ -212,6 +212,15 @@ func Bootstrap(ctx context.Context, id UniqueID, rank, size int, data []byte) ([
 // returns when all ranks are in, or when ctx ends — then with an error
 // naming the ranks not heard from.
 func Rendezvous(ctx context.Context, id UniqueID, rank, size int) (*Boot, error) {
+	return rendezvous(ctx, id, rank, size, nil)
+}
+
+// rendezvous is Rendezvous where rank 0 may bring the listener (Split
+// opens it before it can publish the address); it is closed at the end.
+func rendezvous(ctx context.Context, id UniqueID, rank, size int, l net.Listener) (*Boot, error) {
+	if l != nil {
+		defer l.Close()
+	}
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("coll: bootstrap: rank %d of %d", rank, size)
 	}
@@ -219,7 +228,7 @@ func Rendezvous(ctx context.Context, id UniqueID, rank, size int) (*Boot, error)
 	self := Peer{Rank: rank, Host: HostID()}
 	var err error
 	if rank == 0 {
-		err = b.root(ctx, self)
+		err = b.root(ctx, self, l)
 	} else {
 		err = b.leaf(ctx, self)
 	}
@@ -228,6 +237,22 @@ func Rendezvous(ctx context.Context, id UniqueID, rank, size int) (*Boot, error)
 		return nil, err
 	}
 	return b, nil
+}
+
+// localIP is the address this rank's bootstrap traffic uses: where a new
+// rendezvous it hosts can be reached by the same ranks.
+func (b *Boot) localIP() string {
+	for _, c := range b.conns {
+		if c != nil {
+			if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+				return a.IP.String()
+			}
+		}
+	}
+	if h, _, err := net.SplitHostPort(b.id.Addr); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
+		return h
+	}
+	return "127.0.0.1"
 }
 
 // Peers is every rank's host, from the rendezvous.
@@ -242,19 +267,21 @@ func (b *Boot) Close() {
 	}
 }
 
-func (b *Boot) root(ctx context.Context, self Peer) error {
+func (b *Boot) root(ctx context.Context, self Peer, l net.Listener) error {
 	b.peers = make([]Peer, b.size)
 	b.peers[0] = self
 	b.conns = make([]net.Conn, b.size)
 	if b.size == 1 {
 		return nil
 	}
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", b.id.Addr)
-	if err != nil {
-		return fmt.Errorf("coll: bootstrap: rank 0 listens on %s: %w", b.id.Addr, err)
+	if l == nil {
+		var lc net.ListenConfig
+		var err error
+		if l, err = lc.Listen(ctx, "tcp", b.id.Addr); err != nil {
+			return fmt.Errorf("coll: bootstrap: rank 0 listens on %s: %w", b.id.Addr, err)
+		}
+		defer l.Close()
 	}
-	defer l.Close()
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
 	for seen := 1; seen < b.size; {

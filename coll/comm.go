@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -83,20 +84,23 @@ type device struct {
 // Comm is a communicator: size ranks, this one rank, a link to every
 // other rank.
 type Comm struct {
-	rank, size int
-	opt        Options
-	peers      []Peer
-	devs       map[string]*device
-	links      []*link // by rank; nil for ourselves
-	primary    string  // the device working buffers are allocated on
-	boot       *Boot   // the bootstrap network, kept for barriers
-	work       *work   // the registered working buffer
-	calls      uint32  // collective calls so far (their number goes in the immediates)
-	idleSince  time.Time
-	model      Model
-	choices    map[choiceKey]algo.Algorithm
-	broken     error       // set when a call failed: every later call fails with it
-	abortReq   atomic.Bool // Abort was called
+	rank, size  int
+	opt         Options
+	peers       []Peer
+	devs        map[string]*device
+	links       []*link // by rank; nil for ourselves
+	primary     string  // the device working buffers are allocated on
+	boot        *Boot   // the bootstrap network, kept for barriers
+	work        *work   // the registered working buffer
+	calls       uint32  // collective calls so far (their number goes in the immediates)
+	idleSince   time.Time
+	model       Model
+	choices     map[choiceKey]algo.Algorithm
+	broken      error       // set when a call failed: every later call fails with it
+	abortReq    atomic.Bool // Abort was called
+	mismatched  bool        // Close found data no call received
+	notices     int         // abort notices posted, not completed
+	peerAborted int         // Close found an abort notice from this rank (-1: none)
 }
 
 // Abort makes the call in progress on this communicator, and every later
@@ -215,19 +219,24 @@ func (c *Comm) device(name string) (*device, error) {
 // bootstraps twice (host table, then endpoints), connects an RC QP to
 // every other rank on the device that reaches it, and returns when all are
 // connected or ctx ends.
-func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (_ *Comm, err error) {
+func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (*Comm, error) {
+	return newComm(ctx, id, rank, size, opt, nil)
+}
+
+// newComm is NewComm where rank 0 may bring its rendezvous listener.
+func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l net.Listener) (_ *Comm, err error) {
 	opt, err = opt.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	c := &Comm{rank: rank, size: size, opt: opt, devs: map[string]*device{}, links: make([]*link, size)}
+	c := &Comm{rank: rank, size: size, opt: opt, devs: map[string]*device{}, links: make([]*link, size), peerAborted: -1}
 	defer func() {
 		if err != nil {
 			_ = c.Close()
 		}
 	}()
 	// The rendezvous tells who is where (HostID).
-	boot, err := Rendezvous(ctx, id, rank, size)
+	boot, err := rendezvous(ctx, id, rank, size, l)
 	if err != nil {
 		return nil, err
 	}
@@ -325,6 +334,15 @@ func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (_ *
 		if err := l.qp.Connect(mine.info, rnr); err != nil {
 			return nil, fmt.Errorf("coll: rank %d: connect to rank %d: %w", rank, q, err)
 		}
+		// Receives from the start, so an abort notice lands even before
+		// our first call.
+		rcv := verbs.RecvWR{ID: uint64(q)}
+		for range 3 * opt.Credits {
+			if err := l.qp.PostRecv([]verbs.RecvWR{rcv}); err != nil {
+				return nil, fmt.Errorf("coll: rank %d: post receives for rank %d: %w", rank, q, err)
+			}
+			l.recvsPost++
+		}
 	}
 	return c, nil
 }
@@ -343,6 +361,7 @@ func (c *Comm) Close() error {
 	if c.boot != nil && c.broken != nil {
 		// The links are in an unknown state and the peers were told;
 		// closing the bootstrap connections ends their Close barriers.
+		c.flushNotices()
 		c.boot.Close()
 		c.boot = nil
 	}
@@ -350,6 +369,9 @@ func (c *Comm) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 		if _, err := c.boot.AllGather(ctx, nil); err != nil {
 			errs = append(errs, "barrier: "+err.Error())
+		}
+		if err := c.leftovers(); err != nil {
+			errs = append(errs, err.Error())
 		}
 		cancel()
 		c.boot.Close()
@@ -385,7 +407,69 @@ func (c *Comm) Close() error {
 	}
 	c.links, c.devs = nil, nil
 	if len(errs) > 0 {
-		return fmt.Errorf("coll: close rank %d: %s", c.rank, strings.Join(errs, "; "))
+		err := fmt.Errorf("coll: close rank %d: %s", c.rank, strings.Join(errs, "; "))
+		if c.mismatched {
+			err = fmt.Errorf("%w: %w", ErrMismatch, err)
+		}
+		if c.peerAborted >= 0 {
+			err = fmt.Errorf("%w: %w", ErrAborted, err)
+		}
+		return err
 	}
 	return nil
+}
+
+// leftovers reports data that peers sent and no call of ours received:
+// ranks whose calls differed in a way no receive noticed (two ranks that
+// both thought they were a broadcast's root). Once every rank has passed
+// Close's barrier, every piece sent has landed, so none is missed. It
+// also reports a peer's abort notice no call saw.
+func (c *Comm) leftovers() error {
+	c.peerAborted = -1
+	left := make([]int, c.size)
+	for _, l := range c.links {
+		if l != nil {
+			left[l.peer] += len(l.arrived)
+		}
+	}
+	wc := make([]verbs.WC, 64)
+	for _, d := range c.devs {
+		for {
+			n, err := d.cq.Poll(wc)
+			if err != nil || n == 0 {
+				break
+			}
+			for _, w := range wc[:n] {
+				if w.Status != verbs.WCSuccess || w.Opcode != verbs.WCRecvRDMAWithImm || w.Imm&immCredit != 0 && w.Imm&immAbort != immAbort {
+					continue
+				}
+				for _, l := range c.links {
+					if l != nil && l.qp.Num() == w.QPNum {
+						if w.Imm&immAbort == immAbort {
+							c.peerAborted = l.peer
+						} else {
+							left[l.peer]++
+						}
+					}
+				}
+			}
+		}
+	}
+	var who []string
+	if c.peerAborted >= 0 {
+		who = append(who, fmt.Sprintf("rank %d aborted the communicator (its own error says why)", c.peerAborted))
+	}
+	for q, n := range left {
+		if n > 0 {
+			who = append(who, fmt.Sprintf("rank %d (%d pieces)", q, n))
+		}
+	}
+	if len(who) == 0 {
+		return nil
+	}
+	if len(who) > 1 || c.peerAborted < 0 {
+		c.mismatched = true
+		return fmt.Errorf("%v: data no call received, from %s: the ranks' calls differed", ErrMismatch, strings.Join(who, ", "))
+	}
+	return errors.New(who[0])
 }

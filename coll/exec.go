@@ -132,36 +132,70 @@ type piece struct {
 type gate struct{ q, n int }
 
 // run executes one call. Any error leaves the links in an unknown state:
-// the communicator is then aborted, and the peers are told.
+// the communicator is then aborted (the error wraps ErrAborted as well as
+// its cause), and the peers are told.
 func (c *Comm) run(ctx context.Context, cl *call) error {
 	if c.broken != nil {
 		return c.broken
 	}
-	err := c.exec(ctx, cl)
-	if err != nil {
+	if err := c.exec(ctx, cl); err != nil {
 		c.breakComm(err)
+		return c.broken
 	}
-	return err
+	return nil
 }
 
 // breakComm aborts the communicator after err: later calls fail at once,
 // and every peer gets an abort notice so that its calls fail too instead
 // of waiting for their deadlines (best effort: a dead link cannot carry
-// it).
+// it; Close gives the notices time to land).
 func (c *Comm) breakComm(err error) {
 	if !errors.Is(err, ErrAborted) {
-		err = fmt.Errorf("%w: %w", ErrAborted, err)
+		err = fmt.Errorf("%w (%w)", err, ErrAborted)
 	}
-	c.broken = fmt.Errorf("coll: rank %d: communicator aborted after: %w", c.rank, err)
+	c.broken = err
 	for _, l := range c.links {
 		if l == nil {
 			continue
 		}
-		wr := verbs.SendWR{ID: uint64(l.peer) | 2<<40, Opcode: verbs.WRRDMAWriteWithImm, Imm: immAbort,
-			RemoteAddr: l.rAddr, RKey: l.rKey}
-		_ = l.qp.PostSend([]verbs.SendWR{wr})
+		wr := verbs.SendWR{ID: uint64(l.peer) | noticeTag, Opcode: verbs.WRRDMAWriteWithImm, Imm: immAbort,
+			RemoteAddr: l.rAddr, RKey: l.rKey, Flags: verbs.SendSignaled}
+		if l.qp.PostSend([]verbs.SendWR{wr}) == nil {
+			c.notices++
+		}
 	}
 }
+
+// Work request IDs: a data piece's is the peer's rank; a credit return's
+// and an abort notice's are tagged.
+const (
+	creditTag = 1 << 40
+	noticeTag = 2 << 40
+)
+
+// flushNotices gives the abort notices up to noticeWait to complete before
+// Close destroys the QPs that carry them.
+func (c *Comm) flushNotices() {
+	deadline := time.Now().Add(noticeWait)
+	wc := make([]verbs.WC, 32)
+	for c.notices > 0 && time.Now().Before(deadline) {
+		got := 0
+		for _, d := range c.devs {
+			n, _ := d.cq.Poll(wc)
+			for _, w := range wc[:n] {
+				if w.WRID&noticeTag != 0 && w.Opcode == verbs.WCRDMAWrite || w.WRID&noticeTag != 0 && w.Status != verbs.WCSuccess {
+					c.notices--
+				}
+			}
+			got += n
+		}
+		if got == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+const noticeWait = time.Second
 
 func (c *Comm) exec(ctx context.Context, cl *call) error {
 	pieceMax := c.opt.Landing / c.opt.Credits
@@ -260,6 +294,9 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 						who := "?"
 						if r != nil {
 							who = fmt.Sprint(r.l.peer)
+						}
+						if w.WRID&noticeTag != 0 && w.Opcode == verbs.WCRDMAWrite {
+							continue // an abort notice of ours that could not be delivered
 						}
 						return fmt.Errorf("coll: rank %d: step %d of %d: link to rank %s failed: %v", c.rank, si+1, len(cl.steps), who, w)
 					}
@@ -456,7 +493,7 @@ func (c *Comm) postRecvs(r *linkRun) error {
 
 // returnCredit tells the peer one landing slot is free again.
 func (c *Comm) returnCredit(r *linkRun) error {
-	wr := verbs.SendWR{ID: uint64(r.l.peer) | 1<<40, Opcode: verbs.WRRDMAWriteWithImm, Imm: immCredit | 1,
+	wr := verbs.SendWR{ID: uint64(r.l.peer) | creditTag, Opcode: verbs.WRRDMAWriteWithImm, Imm: immCredit | 1,
 		RemoteAddr: r.l.rAddr, RKey: r.l.rKey, Flags: verbs.SendSignaled}
 	if err := r.l.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 		return fmt.Errorf("coll: rank %d: credit to rank %d: %w", c.rank, r.l.peer, err)
