@@ -48,8 +48,12 @@ func TestMismatch(t *testing.T) {
 			return []callFn{bcast(0)}
 		}, "it called"},
 		{"count", 3, func(r int) []callFn { return []callFn{allReduce(n+r/2, reduce.Float32, reduce.Sum)} }, "count differs"},
-		{"dtype", 2, func(r int) []callFn { return []callFn{allReduce(n, []reduce.DType{reduce.Float32, reduce.Int32}[r], reduce.Sum)} }, "all_reduce of int32 sum"},
-		{"op", 4, func(r int) []callFn { return []callFn{allReduce(n, reduce.Float32, []reduce.Op{reduce.Sum, reduce.Max}[r%2])} }, "float max"},
+		{"dtype", 2, func(r int) []callFn {
+			return []callFn{allReduce(n, []reduce.DType{reduce.Float32, reduce.Int32}[r], reduce.Sum)}
+		}, "all_reduce of int32 sum"},
+		{"op", 4, func(r int) []callFn {
+			return []callFn{allReduce(n, reduce.Float32, []reduce.Op{reduce.Sum, reduce.Max}[r%2])}
+		}, "float max"},
 		{"algorithm", 2, func(r int) []callFn { return []callFn{withAlgo([]algo.Algorithm{algo.Ring, algo.RecDoubling}[r], sum)} }, "(rd)"},
 		{"root", 3, func(r int) []callFn { return []callFn{bcast(r % 2)} }, ""},
 		{"both roots", 2, func(r int) []callFn { return []callFn{bcast(r)} }, "data no call received"},
