@@ -92,6 +92,7 @@ type Comm struct {
 	primary     string  // the device working buffers are allocated on
 	boot        *Boot   // the bootstrap network, kept for barriers
 	work        *work   // the registered working buffer
+	wide        []byte  // float32 copies of float16 input and output
 	calls       uint32  // collective calls so far (their number goes in the immediates)
 	idleSince   time.Time
 	model       Model

@@ -1,9 +1,54 @@
 // Package coll is ibex's collectives library: NCCL-class communicators over
-// verbs. This file set so far holds the bootstrap: a unique ID (rendezvous
-// address and random magic, as ncclUniqueId), the launchers' environments
-// (torchrun, Open MPI, Slurm, MPICH), the TCP rendezvous at rank 0 that
-// gives every rank every rank's published data, and the host grouping that
-// decides shared memory (same machine and network namespace) or UDP.
-// Algorithms are generated as schedules in coll/algo; element-wise
-// reductions are in coll/reduce.
+// verbs.
+//
+// # Communicators
+//
+// A communicator of N ranks is made by NewComm from a UniqueID (rank 0's
+// rendezvous address and a random magic, as ncclUniqueId) or from a
+// launcher's environment (FromEnv: torchrun, Open MPI, Slurm, MPICH). Rank
+// 0 runs a TCP rendezvous; every rank publishes its host (HostID: machine
+// and network namespace) and, per peer, an RC QP and a landing buffer.
+// Ranks of one host talk over shm0 (one-sided, shared memory), ranks of
+// different hosts over udp0 (RoCEv2); Options.Transport or IBEX_TRANSPORT
+// forces one. Split partitions a communicator by color and key; Close
+// waits for every rank (unless the communicator was aborted) and
+// releases everything.
+//
+// # Calls
+//
+// AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, AllToAll,
+// Barrier, Send and Recv take a context, element counts and NCCL's types
+// and ops (package reduce). Every rank must make the same collective calls
+// in the same order; Send and Recv between two ranks match in order.
+// sendbuf and recvbuf may be the same slice (in place).
+//
+// Each call runs a schedule from package coll/algo (ring, double binary
+// tree, recursive halving-doubling, recursive doubling, direct) on the
+// executor: RDMA WRITE_WITH_IMM of pieces into the peer's landing buffer,
+// a credit per landing slot, completion-driven. The algorithm is chosen
+// per call by an alpha-beta cost model of the schedules (Model; rank 0's
+// model is every rank's, so all choose alike; Calibrate measures one,
+// IBEX_COLL_MODEL loads one), unless WithAlgorithm or IBEX_ALGO names one.
+//
+// # Numerics
+//
+// Integers wrap (two's complement); Avg of integers is the wrapped sum
+// divided by N, truncated toward zero. float32 and float64 reduce in their
+// own precision. float16 and bfloat16 reductions run in float32 and round
+// once at the end (Avg divides before that rounding). Every rank gets the
+// same bytes: each output element is reduced once, by one rank, and
+// copied to the others. Package reduce's documentation has the details
+// (NaNs, Min and Max, rounding).
+//
+// # Faults
+//
+// A call whose context ends returns an error naming the ranks not heard
+// from and the step it was at. Every data piece carries the call's number
+// and a descriptor (collective, algorithm, type, op, root, count), so a
+// rank that receives a piece of a different call returns ErrMismatch. Any
+// failed call aborts the communicator (later calls fail at once with
+// ErrAborted) and sends every peer an abort notice, which fails their
+// calls too; Abort does the same from any goroutine. A peer that dies
+// makes its links fail (shm0 at once; udp0 when retries run out) or, at
+// worst, the deadline expire.
 package coll

@@ -156,9 +156,50 @@ func (c *Comm) AllToAll(ctx context.Context, sendbuf, recvbuf []byte, count int,
 	return c.collective(ctx, algo.AllToAll, 0, sendbuf, recvbuf, count, dt, reduce.Sum)
 }
 
-// collective runs one call: lay the input into the working buffer as
-// coll/algo's conventions say, run the schedule, take the output out.
+// collective runs one call. float16 and bfloat16 reductions run in
+// float32: the input is widened, reduced as float32 (Avg as Sum), and the
+// output narrowed once, dividing for Avg.
 func (c *Comm) collective(ctx context.Context, kind algo.Collective, root int, sendbuf, recvbuf []byte, count int, dt reduce.DType, op reduce.Op) error {
+	if !reduce.Wide(dt) || (kind != algo.AllReduce && kind != algo.ReduceScatter && kind != algo.Reduce) {
+		return c.collectiveAs(ctx, kind, root, sendbuf, recvbuf, count, dt, op, dt, op)
+	}
+	in, out := 2*count, 2*count
+	if kind == algo.ReduceScatter {
+		in *= c.size
+	}
+	if count < 0 || len(sendbuf) < in || len(recvbuf) < out {
+		return fmt.Errorf("coll: %v of %d %v: needs %d bytes of input and %d of output; got %d and %d", kind, count, dt, in, out, len(sendbuf), len(recvbuf))
+	}
+	if cap(c.wide) < 2*(in+out) {
+		c.wide = make([]byte, 2*(in+out))
+	}
+	win, wout := c.wide[:2*in], c.wide[2*in:2*(in+out)]
+	if err := reduce.Widen(win, sendbuf[:in], dt); err != nil {
+		return err
+	}
+	op32 := op
+	if op == reduce.Avg {
+		op32 = reduce.Sum
+	}
+	if err := c.collectiveAs(ctx, kind, root, win, wout, count, reduce.Float32, op32, dt, op); err != nil {
+		return err
+	}
+	if kind == algo.Reduce && c.rank != root {
+		return nil
+	}
+	div := 1
+	if op == reduce.Avg {
+		div = c.size
+	}
+	return reduce.Narrow(recvbuf[:out], wout, dt, div)
+}
+
+// collectiveAs runs one call on dt with op, which the peers know as a call
+// on descDT with descOp (they differ for widened float16): lay the input
+// into the working buffer as coll/algo's conventions say, run the
+// schedule, take the output out.
+func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int, sendbuf, recvbuf []byte, count int, dt reduce.DType, op reduce.Op,
+	descDT reduce.DType, descOp reduce.Op) error {
 	esize := dt.Size()
 	n, N := count*esize, c.size
 	in, out := n, n // bytes of input and output per rank
@@ -214,7 +255,7 @@ func (c *Comm) collective(ctx context.Context, kind algo.Collective, root int, s
 			rerr = err
 		}
 	}
-	cl := &call{seq: c.calls % callSeqMod, desc: descriptor(kind, a, count, dt, op, root), steps: steps(s, r, count, esize),
+	cl := &call{seq: c.calls % callSeqMod, desc: descriptor(kind, a, count, descDT, descOp, root), steps: steps(s, r, count, esize),
 		buf: buf, lkeys: w.lkeys, addrs: w.addrs, reduce: red}
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: %v of %d %v (%v): %w", kind, count, dt, a, err)

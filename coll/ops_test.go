@@ -147,3 +147,52 @@ func TestSendRecvBarrier(t *testing.T) {
 		})
 	}
 }
+
+// TestHalfAccumulatesInFloat32: float16 and bfloat16 reduce in float32
+// and round once. 2048 + 1 + 1 in float16 rounded at every step would be
+// 2048 (2049 is a tie that rounds to even); in float32 it is 2050, which
+// float16 holds. bfloat16 the same at 256. Avg divides before rounding:
+// (2048+1+1)/3 = 683.33 rounds to 683.5 in float16 (spacing 0.5).
+func TestHalfAccumulatesInFloat32(t *testing.T) {
+	runRanks(t, 3, Options{Transport: "loop0"}, func(c *Comm) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for _, tc := range []struct {
+			dt        reduce.DType
+			op        reduce.Op
+			big, want float64
+		}{{reduce.Float16, reduce.Sum, 2048, 2050}, {reduce.BFloat16, reduce.Sum, 256, 258}, {reduce.Float16, reduce.Avg, 2048, 683.5}} {
+			in, out := make([]byte, 2*5), make([]byte, 2*5)
+			for i := range 5 {
+				v := 1.0
+				if c.Rank() == 0 {
+					v = tc.big
+				}
+				put(in, tc.dt, i, v)
+			}
+			if err := c.AllReduce(ctx, in, out, 5, tc.dt, tc.op); err != nil {
+				return err
+			}
+			rs := make([]byte, 2)
+			if err := c.ReduceScatter(ctx, append(in[:0:0], in[:6]...), rs, 1, tc.dt, tc.op); err != nil {
+				return err
+			}
+			red := make([]byte, 10)
+			if err := c.Reduce(ctx, in, red, 5, tc.dt, tc.op, 2); err != nil {
+				return err
+			}
+			for i := range 5 {
+				if got := get(out, tc.dt, i); got != tc.want {
+					return fmt.Errorf("all_reduce %v %v: element %d = %v, want %v", tc.dt, tc.op, i, got, tc.want)
+				}
+				if got := get(red, tc.dt, i); c.Rank() == 2 && got != tc.want {
+					return fmt.Errorf("reduce %v %v: element %d = %v, want %v", tc.dt, tc.op, i, got, tc.want)
+				}
+			}
+			if got := get(rs, tc.dt, 0); got != tc.want {
+				return fmt.Errorf("reduce_scatter %v %v = %v, want %v", tc.dt, tc.op, got, tc.want)
+			}
+		}
+		return nil
+	})
+}

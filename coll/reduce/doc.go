@@ -22,17 +22,17 @@
 // nearest even, subnormals kept. A NaN result is a NaN; its payload is
 // whatever the hardware gives.
 //
-// float16 and bfloat16: each element is widened to float32 (exactly), the
-// operation runs in float32, and the result is rounded back to nearest,
-// ties to even, with subnormals kept and overflow going to ±Inf. For one
-// operation on two 16-bit operands that is the correctly rounded 16-bit
-// result, because float32 has at least 2p+2 significand bits (p = 11 for
-// float16, 8 for bfloat16), so what NCCL's __hadd and __hmul compute. The
-// float32 precision lives only inside one call: every call stores 16-bit
-// results, so a sum over n ranks is rounded to 16 bits n-1 times, once per
-// step, as in NCCL's ring and tree kernels. (NCCL's newer symmetric
-// kernels accumulate in float32 across steps, which needs float32 buffers
-// between steps; a caller that wants that can reduce in Float32.)
+// float16 and bfloat16: the kernels here widen each element to float32
+// (exactly), operate in float32, and round the result back to nearest,
+// ties to even, subnormals kept, overflow to ±Inf: for one operation on
+// two 16-bit operands that is the correctly rounded 16-bit result (float32
+// has at least 2p+2 significand bits, p = 11 for float16, 8 for bfloat16),
+// what NCCL's __hadd and __hmul compute. The collectives in package coll
+// go further: they Widen a float16 or bfloat16 input to float32 before the
+// first step, reduce in float32 across every step (sending float32, twice
+// the bytes), and Narrow the result once at the end, dividing first for
+// Avg, so the sum over n ranks is rounded to 16 bits once, not n-1 times
+// (as NCCL's newer symmetric kernels accumulate in float32).
 //
 // Min and Max on floats: a NaN wins. If either operand is a NaN the result
 // is a NaN, and -0 < +0. This is IEEE 754-2019 minimum/maximum and
