@@ -12,10 +12,14 @@ import (
 	"github.com/ibex-rdma/ibex/coll/reduce"
 )
 
+// SendRecvBench is BenchConfig.SendRecv's collective: nccl-tests'
+// sendrecv_perf, every rank sending to rank+1 and receiving from rank-1.
+const SendRecvBench = algo.Collective(0)
+
 // BenchConfig is one nccl-tests run: sizes from MinBytes to MaxBytes,
 // each Factor times the last (or +Step bytes when Step > 0).
 type BenchConfig struct {
-	Collective algo.Collective
+	Collective algo.Collective // SendRecvBench for sendrecv
 	MinBytes   int64
 	MaxBytes   int64
 	Factor     int64
@@ -79,7 +83,7 @@ func (c *Comm) Bench(ctx context.Context, cfg BenchConfig, row func(BenchRow)) e
 		if cfg.Collective == algo.Broadcast || cfg.Collective == algo.Reduce {
 			r.Root = cfg.Root
 		}
-		if cfg.Collective == algo.AllGather || cfg.Collective == algo.Broadcast || cfg.Collective == algo.AllToAll {
+		if cfg.Collective == algo.AllGather || cfg.Collective == algo.Broadcast || cfg.Collective == algo.AllToAll || cfg.Collective == SendRecvBench {
 			r.Redop = "none"
 		}
 		for _, inPlace := range []bool{false, true} {
@@ -148,6 +152,12 @@ func (c *Comm) benchOne(ctx context.Context, cfg BenchConfig, count int, inPlace
 			return c.Reduce(ctx, send, recv, count, cfg.DType, cfg.Op, cfg.Root)
 		case algo.AllToAll:
 			return c.AllToAll(ctx, send[:inN], recv, count, cfg.DType)
+		case SendRecvBench:
+			if N == 1 {
+				copy(recv, send[:n])
+				return nil
+			}
+			return c.SendRecv(ctx, send, (c.rank+1)%N, recv, (c.rank+N-1)%N, count, cfg.DType)
 		}
 		return fmt.Errorf("collective %v not supported by the benchmark", cfg.Collective)
 	}
@@ -238,6 +248,10 @@ func (c *Comm) checkBench(cfg BenchConfig, out []byte, count int) int64 {
 			for i := range count {
 				check(q*count+i, benchValue(q, r*count+i))
 			}
+		}
+	case SendRecvBench:
+		for i := range count {
+			check(i, benchValue((r+N-1)%N, i))
 		}
 	}
 	return wrong

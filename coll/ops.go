@@ -312,6 +312,33 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, count int, dt reduce.DType,
 	return c.p2p(ctx, buf, count, dt, peer, false)
 }
 
+// SendRecv sends count elements of sendbuf to rank to and receives count
+// elements from rank from into recvbuf, both at once (nccl-tests'
+// sendrecv: to = rank+1, from = rank-1). sendbuf and recvbuf may be the
+// same slice. It matches a Send (from's) and a Recv (to's), or their
+// SendRecv.
+func (c *Comm) SendRecv(ctx context.Context, sendbuf []byte, to int, recvbuf []byte, from int, count int, dt reduce.DType) error {
+	n := count * dt.Size()
+	switch {
+	case to < 0 || to >= c.size || to == c.rank || from < 0 || from >= c.size || from == c.rank:
+		return fmt.Errorf("coll: sendrecv: to %d, from %d: want other ranks of %d", to, from, c.size)
+	case count < 0 || len(sendbuf) < n || len(recvbuf) < n:
+		return fmt.Errorf("coll: sendrecv: %d %v elements need %d bytes; the buffers have %d and %d", count, dt, n, len(sendbuf), len(recvbuf))
+	}
+	w, err := c.workBuffer(2 * n)
+	if err != nil {
+		return err
+	}
+	copy(w.buf[:n], sendbuf[:n])
+	st := execStep{sends: []xfer{{peer: to, n: n}}, recvs: []xfer{{peer: from, off: n, n: n}}}
+	cl := &call{seq: p2pSeq, desc: descriptor(p2pKind, 0, count, dt, 0, 0), steps: []execStep{st}, buf: w.buf[:2*n], lkeys: w.lkeys, addrs: w.addrs}
+	if err := c.run(ctx, cl); err != nil {
+		return fmt.Errorf("coll: sendrecv of %d %v to rank %d, from rank %d: %w", count, dt, to, from, err)
+	}
+	copy(recvbuf[:n], w.buf[n:2*n])
+	return nil
+}
+
 func (c *Comm) p2p(ctx context.Context, buf []byte, count int, dt reduce.DType, peer int, send bool) error {
 	op := "recv"
 	if send {

@@ -42,24 +42,40 @@ type collOptions struct {
 	asJSON              bool
 	plotFile            string
 	timeout             time.Duration
+	algo, save          string
 }
 
 // newCollCmd is `ibex coll COLLECTIVE`, nccl-tests' tools in one command.
 func newCollCmd() *cobra.Command {
 	var o collOptions
 	cmd := &cobra.Command{
-		Use:   "coll COLLECTIVE [flags]",
+		Use:   "coll [COLLECTIVE] [flags]",
 		Short: "nccl-tests' benchmarks (all_reduce_perf, ...) over ibex collectives",
-		Long: "Run an nccl-tests benchmark: all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall.\n\n" +
+		Long: "Run an nccl-tests benchmark: all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall,\n" +
+			"sendrecv. `ibex coll calibrate` measures the cost model the algorithms are chosen by\n" +
+			"(--save FILE keeps it; IBEX_COLL_MODEL=FILE uses it).\n\n" +
 			"With --np N, start N rank processes on this host (shared memory between them). Without it,\n" +
 			"run as one rank of a job started by torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT),\n" +
-			"srun or mpirun (with IBEX_RENDEZVOUS=host:port reachable by every rank). Rank 0 prints\n" +
-			"nccl-tests' table: size count type redop root, then time algbw busbw #wrong out of place\n" +
-			"and in place, and the average bus bandwidth.",
-		Example: "  ibex coll all_reduce -b 8 -e 128M -f 2 -n 20 -w 5 -c 1 --np 4",
-		Args:    cobra.ExactArgs(1),
+			"srun or mpirun (with IBEX_RENDEZVOUS=host:port reachable by every rank); with no launcher\n" +
+			"either, start 2 local ranks. Rank 0 prints nccl-tests' table: size count type redop root,\n" +
+			"then time algbw busbw #wrong out of place and in place, and the average bus bandwidth.\n\n" +
+			"With no COLLECTIVE: all_reduce from 8 bytes to 32 MiB, factor 4, on 2 local ranks.",
+		Example: "  ibex coll\n  ibex coll all_reduce -b 8 -e 128M -f 2 -n 20 -w 5 -c 1 --np 4\n  ibex coll calibrate --np 2 --save model.json",
+		Args:    cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runColl(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], o)
+			name := "all_reduce"
+			if len(args) == 1 {
+				name = args[0]
+			} else {
+				// The built-in default: a sweep, unless the sizes were given.
+				if !cmd.Flags().Changed("minbytes") {
+					o.min = "8"
+				}
+				if !cmd.Flags().Changed("stepfactor") {
+					o.factor = 4
+				}
+			}
+			return runColl(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), name, o)
 		},
 	}
 	f := cmd.Flags()
@@ -78,6 +94,8 @@ func newCollCmd() *cobra.Command {
 	f.BoolVar(&o.asJSON, "json", false, "print the rows as JSON instead of the table")
 	f.StringVar(&o.plotFile, "plot", "", "draw busbw against size into this PNG/SVG/PDF file")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up (naming the ranks not heard from) after this long")
+	f.StringVar(&o.algo, "algo", "", "force an algorithm (ring, tree, rhd, rd, direct) where the collective has it (as IBEX_ALGO)")
+	f.StringVar(&o.save, "save", "", "calibrate: write the measured model to this file")
 	return cmd
 }
 
@@ -107,12 +125,16 @@ func parseBytes(s string) (int64, error) {
 var collNames = map[string]algo.Collective{
 	"all_reduce": algo.AllReduce, "all_gather": algo.AllGather, "reduce_scatter": algo.ReduceScatter,
 	"broadcast": algo.Broadcast, "reduce": algo.Reduce, "alltoall": algo.AllToAll, "all_to_all": algo.AllToAll,
+	"sendrecv": coll.SendRecvBench,
 }
 
 func runColl(ctx context.Context, out, errOut io.Writer, name string, o collOptions) error {
 	kind, ok := collNames[strings.TrimSuffix(name, "_perf")]
+	if name == "calibrate" {
+		ok = true
+	}
 	if !ok {
-		return fmt.Errorf("coll: unknown collective %q: want all_reduce, all_gather, reduce_scatter, broadcast, reduce or alltoall", name)
+		return fmt.Errorf("coll: unknown collective %q: want all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv or calibrate", name)
 	}
 	cfg := coll.BenchConfig{Collective: kind, Factor: o.factor, Iters: o.iters, Warmup: o.warmup, Check: o.check != 0, Root: o.root}
 	var err error
@@ -142,12 +164,31 @@ func runColl(ctx context.Context, out, errOut io.Writer, name string, o collOpti
 	if cfg.MinBytes == 0 {
 		cfg.MinBytes = int64(cfg.DType.Size())
 	}
+	if o.algo != "" {
+		if _, err := algo.ParseAlgorithm(o.algo); err != nil {
+			return fmt.Errorf("coll: --algo: %w", err)
+		}
+		if err := os.Setenv("IBEX_ALGO", o.algo); err != nil {
+			return err
+		}
+	}
+	if o.np < 0 {
+		return fmt.Errorf("coll: --np %d: want a number of ranks", o.np)
+	}
+	if o.np == 0 && os.Getenv(collRankEnv) == "" {
+		if _, err := coll.FromEnv(nil, ""); err != nil {
+			o.np = 2 // no launcher: the built-in default
+		}
+	}
 	if o.np > 0 && os.Getenv(collRankEnv) == "" {
 		return launchRanks(ctx, out, errOut, o.np)
 	}
 	env, err := collEnv()
 	if err != nil {
 		return err
+	}
+	if name == "calibrate" {
+		return runCalibrate(ctx, out, env, o)
 	}
 	if cfg.Root < 0 || cfg.Root >= env.Size {
 		return fmt.Errorf("coll: -r %d: root must be a rank of %d", cfg.Root, env.Size)
@@ -203,6 +244,32 @@ func runColl(ctx context.Context, out, errOut io.Writer, name string, o collOpti
 		if r.OOPWrong+r.IPWrong > 0 {
 			return fmt.Errorf("coll: %d wrong elements at %d bytes", r.OOPWrong+r.IPWrong, r.Size)
 		}
+	}
+	return nil
+}
+
+// runCalibrate measures the cost model on this job's communicator; rank 0
+// prints it and saves it with --save.
+func runCalibrate(ctx context.Context, out io.Writer, env coll.Env, o collOptions) error {
+	cctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	c, err := coll.NewComm(cctx, coll.EnvUniqueID(env), env.Rank, env.Size, coll.Options{Transport: o.transport})
+	if err != nil {
+		return err
+	}
+	m, err := c.Calibrate(cctx)
+	if cerr := c.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || env.Rank != 0 {
+		return err
+	}
+	fmt.Fprintf(out, "# ibex coll calibrate: %d ranks\n%s", env.Size, m)
+	if o.save != "" {
+		if err := m.Save(o.save); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "# saved to %s (use it with %s=%s)\n", o.save, coll.ModelEnv, o.save)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +16,7 @@ func TestCollNp(t *testing.T) {
 	for _, c := range []struct {
 		coll  string
 		redop string
-	}{{"all_reduce", "sum"}, {"all_gather", "none"}, {"broadcast", "none"}} {
+	}{{"all_reduce", "sum"}, {"all_gather", "none"}, {"broadcast", "none"}, {"sendrecv", "none"}} {
 		t.Run(c.coll, func(t *testing.T) {
 			out, errOut, code := runMain(t, "coll", c.coll, "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-c", "1", "--np", "2", "--timeout", "60s")
 			if code != 0 {
@@ -60,10 +62,36 @@ func TestCollBadFlags(t *testing.T) {
 		{"coll", "all_reduce", "-d", "complex"},
 		{"coll", "all_reduce", "-o", "xor"},
 		{"coll", "all_reduce", "-f", "1"},
+		{"coll", "all_reduce", "--algo", "butterfly"},
+		{"coll", "all_reduce", "--np", "-2"},
 	} {
 		_, errOut, code := runMain(t, args...)
 		if code == 0 || !strings.Contains(errOut, "coll") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
+	}
+}
+
+// TestCollCalibrate: `ibex coll calibrate --np 2 --save F` prints shm0's
+// α and β and writes a model that IBEX_COLL_MODEL then loads (the run
+// with it succeeds).
+func TestCollCalibrate(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "model.json")
+	out, errOut, code := runMain(t, "coll", "calibrate", "--np", "2", "--save", file, "--timeout", "60s")
+	if code != 0 || !strings.Contains(out, "shm0   alpha") || !strings.Contains(out, "saved to "+file) {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil || !strings.Contains(string(b), `"shm0"`) {
+		t.Fatalf("saved model: %s, %v", b, err)
+	}
+	t.Setenv("IBEX_COLL_MODEL", file)
+	out, errOut, code = runMain(t, "coll", "all_reduce", "-b", "8", "-e", "1K", "-f", "32", "-n", "2", "-w", "1", "--np", "2", "--timeout", "60s")
+	if code != 0 || !strings.Contains(out, "# Out of bounds values : 0 OK") {
+		t.Fatalf("with the model: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	t.Setenv("IBEX_COLL_MODEL", file+".missing")
+	if _, errOut, code := runMain(t, "coll", "all_reduce", "-b", "8", "-e", "8", "--np", "2", "--timeout", "20s"); code == 0 || !strings.Contains(errOut, "cost model") {
+		t.Fatalf("a missing model file: exit %d, stderr %q", code, errOut)
 	}
 }
