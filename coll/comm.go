@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -102,6 +103,7 @@ type Comm struct {
 	mismatched  bool        // Close found data no call received
 	notices     int         // abort notices posted, not completed
 	peerAborted int         // Close found an abort notice from this rank (-1: none)
+	yieldThread bool        // a waiting rank yields its thread too (udp0 in use, or more local ranks than cores)
 }
 
 // Abort makes the call in progress on this communicator, and every later
@@ -268,6 +270,7 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 		return nil, err
 	}
 	c.setModel(m)
+	c.yieldThread = len(LocalRanks(c.peers, rank)) > runtime.NumCPU()
 	// The primary device holds the working buffers: the forced transport,
 	// else shared memory.
 	c.primary = opt.Transport
@@ -334,6 +337,9 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 		rnr := verbs.ConnectOptions{Set: verbs.AttrMinRNRTimer, Attr: verbs.QPAttr{MinRNRTimer: 1}}
 		if err := l.qp.Connect(mine.info, rnr); err != nil {
 			return nil, fmt.Errorf("coll: rank %d: connect to rank %d: %w", rank, q, err)
+		}
+		if l.dev.name == "udp0" {
+			c.yieldThread = true
 		}
 		// Receives from the start, so an abort notice lands even before
 		// our first call.

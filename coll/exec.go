@@ -455,9 +455,10 @@ func (c *Comm) idle(n *int) {
 	}
 	if *n%256 != 0 || time.Since(c.idleSince) < spinFor {
 		runtime.Gosched()
-		if c.devs["udp0"] != nil {
-			// udp0's progress runs on its own thread, which needs a
-			// core this spinning thread may hold.
+		if c.yieldThread {
+			// udp0's progress runs on its own thread, which needs a core
+			// this spinning thread may hold; and with more ranks on this
+			// host than cores, the rank that has work may need it too.
 			_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		}
 		return
