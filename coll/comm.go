@@ -71,6 +71,7 @@ type link struct {
 	// slot = count mod credits on both sides).
 	sent, recvd int
 	recvsPost   int       // receives posted and not consumed
+	owed        int       // landing slots freed, not yet returned to the peer
 	arrived     []arrival // pieces in landing slots the program has not asked for yet
 }
 
@@ -295,7 +296,7 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 			return nil, fmt.Errorf("coll: rank %d: landing buffer for rank %d: %w", rank, q, err)
 		}
 		if l.qp, err = d.pd.CreateQP(verbs.QPInitAttr{SendCQ: d.cq, RecvCQ: d.cq,
-			Cap: verbs.QPCap{MaxSendWR: 2 * opt.Credits, MaxRecvWR: 4 * opt.Credits, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			Cap: verbs.QPCap{MaxSendWR: 2*opt.Credits + 4, MaxRecvWR: 4 * opt.Credits, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			return nil, fmt.Errorf("coll: rank %d: qp for rank %d: %w", rank, q, err)
 		}
 		c.links[q] = l

@@ -273,7 +273,10 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 						wr.SGL = []verbs.SGE{{Addr: cl.addrs[r.l.dev.name] + uint64(p.off), Length: uint32(p.n), LKey: r.lkey}}
 					}
 					if err := r.l.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-						return fmt.Errorf("coll: rank %d: step %d: send to rank %d: %w", c.rank, si, r.l.peer, err)
+						if errors.Is(err, verbs.ErrQueueFull) {
+							break // completions not yet reaped: back-pressure, retried next round
+						}
+						return fmt.Errorf("coll: rank %d: step %d: send to rank %d: %w", c.rank, si+1, r.l.peer, err)
 					}
 					r.sendQ = r.sendQ[1:]
 					r.l.sent++
@@ -358,11 +361,26 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 				idle = 0
 			}
 			for _, r := range runs {
-				if r != nil && r.l.recvsPost < 2*c.opt.Credits {
+				if r == nil {
+					continue
+				}
+				if err := c.returnCredits(r.l); err != nil {
+					return err
+				}
+				if r.l.recvsPost < 2*c.opt.Credits {
 					if err := c.postRecvs(r); err != nil {
 						return err
 					}
 				}
+			}
+		}
+	}
+	// Landing slots this call freed go back now, not at the next call: a
+	// peer may be ahead, waiting for them.
+	for _, r := range runs {
+		if r != nil {
+			if err := c.returnCredits(r.l); err != nil {
+				return err
 			}
 		}
 	}
@@ -434,9 +452,7 @@ func (c *Comm) match(runs []*linkRun, r *linkRun, cl *call, step int) (int, erro
 		} else {
 			copy(cl.buf[p.off:p.off+p.n], src)
 		}
-		if err := c.returnCredit(r); err != nil {
-			return k, err
-		}
+		r.l.owed++
 		k++
 	}
 	return k, nil
@@ -496,13 +512,23 @@ func (c *Comm) postRecvs(r *linkRun) error {
 	return nil
 }
 
-// returnCredit tells the peer one landing slot is free again.
-func (c *Comm) returnCredit(r *linkRun) error {
-	wr := verbs.SendWR{ID: uint64(r.l.peer) | creditTag, Opcode: verbs.WRRDMAWriteWithImm, Imm: immCredit | 1,
-		RemoteAddr: r.l.rAddr, RKey: r.l.rKey, Flags: verbs.SendSignaled}
-	if err := r.l.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-		return fmt.Errorf("coll: rank %d: credit to rank %d: %w", c.rank, r.l.peer, err)
+// returnCredits tells the peer how many landing slots are free again, in
+// one zero-byte WRITE_WITH_IMM for all owed so far (the immediate carries
+// the count). A full send queue (completions not yet reaped) keeps them
+// owed for the next round.
+func (c *Comm) returnCredits(l *link) error {
+	if l.owed == 0 {
+		return nil
 	}
+	wr := verbs.SendWR{ID: uint64(l.peer) | creditTag, Opcode: verbs.WRRDMAWriteWithImm, Imm: immCredit | uint32(l.owed),
+		RemoteAddr: l.rAddr, RKey: l.rKey, Flags: verbs.SendSignaled}
+	if err := l.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		if errors.Is(err, verbs.ErrQueueFull) {
+			return nil
+		}
+		return fmt.Errorf("coll: rank %d: credit to rank %d: %w", c.rank, l.peer, err)
+	}
+	l.owed = 0
 	return nil
 }
 
