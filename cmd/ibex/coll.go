@@ -43,6 +43,7 @@ type collOptions struct {
 	plotFile            string
 	timeout             time.Duration
 	algo, save          string
+	rendezvous          string
 }
 
 // newCollCmd is `ibex coll COLLECTIVE`, nccl-tests' tools in one command.
@@ -95,6 +96,7 @@ func newCollCmd() *cobra.Command {
 	f.StringVar(&o.plotFile, "plot", "", "draw busbw against size into this PNG/SVG/PDF file")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up (naming the ranks not heard from) after this long")
 	f.StringVar(&o.algo, "algo", "", "force an algorithm (ring, tree, rhd, rd, direct) where the collective has it (as IBEX_ALGO)")
+	f.StringVar(&o.rendezvous, "rendezvous", "", "host:port where rank 0 listens, under srun or mpirun (else IBEX_RENDEZVOUS)")
 	f.StringVar(&o.save, "save", "", "calibrate: write the measured model to this file")
 	return cmd
 }
@@ -176,14 +178,14 @@ func runColl(ctx context.Context, out, errOut io.Writer, name string, o collOpti
 		return fmt.Errorf("coll: --np %d: want a number of ranks", o.np)
 	}
 	if o.np == 0 && os.Getenv(collRankEnv) == "" {
-		if _, err := coll.FromEnv(nil, ""); err != nil {
+		if _, err := coll.FromEnv(nil, o.rendezvous); err != nil {
 			o.np = 2 // no launcher: the built-in default
 		}
 	}
 	if o.np > 0 && os.Getenv(collRankEnv) == "" {
 		return launchRanks(ctx, out, errOut, o.np)
 	}
-	env, err := collEnv()
+	env, err := collEnv(o.rendezvous)
 	if err != nil {
 		return err
 	}
@@ -275,7 +277,7 @@ func runCalibrate(ctx context.Context, out io.Writer, env coll.Env, o collOption
 }
 
 // collEnv is this rank's place: from `ibex coll --np`, else a launcher.
-func collEnv() (coll.Env, error) {
+func collEnv(rendezvous string) (coll.Env, error) {
 	if r := os.Getenv(collRankEnv); r != "" {
 		rank, err1 := strconv.Atoi(r)
 		size, err2 := strconv.Atoi(os.Getenv(collSizeEnv))
@@ -284,7 +286,7 @@ func collEnv() (coll.Env, error) {
 		}
 		return coll.Env{Rank: rank, Size: size, Addr: os.Getenv("IBEX_RENDEZVOUS"), Launcher: "ibex"}, nil
 	}
-	return coll.FromEnv(nil, "")
+	return coll.FromEnv(nil, rendezvous)
 }
 
 // launchRanks starts np copies of this command as rank processes on this

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -93,5 +96,57 @@ func TestCollCalibrate(t *testing.T) {
 	t.Setenv("IBEX_COLL_MODEL", file+".missing")
 	if _, errOut, code := runMain(t, "coll", "all_reduce", "-b", "8", "-e", "8", "--np", "2", "--timeout", "20s"); code == 0 || !strings.Contains(errOut, "cost model") {
 		t.Fatalf("a missing model file: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestCollLaunchers: two ranks started as a launcher would start them,
+// Open MPI's variables plus --rendezvous, and torchrun's (rank 0's
+// MASTER_PORT+1 is the rendezvous); rank 0 prints the table.
+func TestCollLaunchers(t *testing.T) {
+	port := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, tc := range []struct {
+		name  string
+		env   func(rank int, p string) []string
+		extra func(p string) []string
+	}{
+		{"openmpi", func(r int, p string) []string {
+			return []string{"OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=" + strconv.Itoa(r)}
+		}, func(p string) []string { return []string{"--rendezvous", "127.0.0.1:" + p} }},
+		{"torchrun", func(r int, p string) []string {
+			n, _ := strconv.Atoi(p)
+			return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK=" + strconv.Itoa(r), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(n-1)}
+		}, func(string) []string { return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := port()
+			var outs [2]bytes.Buffer
+			var errs [2]bytes.Buffer
+			cmds := make([]*exec.Cmd, 2)
+			for r := range 2 {
+				args := append([]string{"coll", "all_reduce", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "--timeout", "60s"}, tc.extra(p)...)
+				c := exec.Command(os.Args[0], "-test.run=^$")
+				c.Env = append(append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n")), tc.env(r, p)...)
+				c.Stdout, c.Stderr = &outs[r], &errs[r]
+				if err := c.Start(); err != nil {
+					t.Fatal(err)
+				}
+				cmds[r] = c
+			}
+			for r, c := range cmds {
+				if err := c.Wait(); err != nil {
+					t.Fatalf("rank %d: %v\nstdout:\n%s\nstderr:\n%s", r, err, outs[r].String(), errs[r].String())
+				}
+			}
+			if !strings.Contains(outs[0].String(), "# Out of bounds values : 0 OK") || outs[1].Len() != 0 {
+				t.Fatalf("rank 0 printed:\n%s\nrank 1 printed:\n%s", outs[0].String(), outs[1].String())
+			}
+		})
 	}
 }
