@@ -90,12 +90,17 @@ type Comm struct {
 	opt         Options
 	peers       []Peer
 	devs        map[string]*device
-	links       []*link // by rank; nil for ourselves
-	primary     string  // the device working buffers are allocated on
-	boot        *Boot   // the bootstrap network, kept for barriers
-	work        *work   // the registered working buffer
-	wide        []byte  // float32 copies of float16 input and output
-	calls       uint32  // collective calls so far (their number goes in the immediates)
+	devList     []*device              // devs, for the executor's polling loop
+	links       []*link                // by rank; nil for ourselves
+	primary     string                 // the device working buffers are allocated on
+	boot        *Boot                  // the bootstrap network, kept for barriers
+	work        *workBuf               // the registered working buffer
+	userMRs     map[userKey]*workBuf   // callers' buffers registered for large calls
+	runs        []*linkRun             // the executor's per-link state, reused by every call
+	wc          []verbs.WC             // its completion buffer
+	programs    map[progKey][]execStep // compiled programs by call shape
+	wide        []byte                 // float32 copies of float16 input and output
+	calls       uint32                 // collective calls so far (their number goes in the immediates)
 	idleSince   time.Time
 	model       Model
 	choices     map[choiceKey]algo.Algorithm
@@ -210,6 +215,7 @@ func (c *Comm) device(name string) (*device, error) {
 	}
 	d := &device{name: name, ctx: vc}
 	c.devs[name] = d
+	c.devList = append(c.devList, d)
 	if d.pd, err = vc.AllocPD(); err != nil {
 		return nil, err
 	}
@@ -413,7 +419,7 @@ func (c *Comm) Close() error {
 		}
 		keep(d.ctx.Close())
 	}
-	c.links, c.devs = nil, nil
+	c.links, c.devs, c.devList = nil, nil, nil
 	if len(errs) > 0 {
 		err := fmt.Errorf("coll: close rank %d: %s", c.rank, strings.Join(errs, "; "))
 		if c.mismatched {

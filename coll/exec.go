@@ -115,11 +115,14 @@ type call struct {
 // linkRun is a link's state during one call.
 type linkRun struct {
 	l        *link
-	lkey     uint32 // the working buffer's lkey on the link's device
+	lkey     uint32 // the working buffer's lkey and address on the link's device
+	addr     uint64
 	sendQ    []piece
 	recvQ    []piece
 	outstand int // sends posted, not completed
 	done     int // this step's sends completed
+	sge      [1]verbs.SGE
+	wr       [1]verbs.SendWR
 }
 
 type piece struct {
@@ -180,7 +183,7 @@ func (c *Comm) flushNotices() {
 	wc := make([]verbs.WC, 32)
 	for c.notices > 0 && time.Now().Before(deadline) {
 		got := 0
-		for _, d := range c.devs {
+		for _, d := range c.devList {
 			n, _ := d.cq.Poll(wc)
 			for _, w := range wc[:n] {
 				if w.WRID&noticeTag != 0 && w.Opcode == verbs.WCRDMAWrite || w.WRID&noticeTag != 0 && w.Status != verbs.WCSuccess {
@@ -199,10 +202,21 @@ const noticeWait = time.Second
 
 func (c *Comm) exec(ctx context.Context, cl *call) error {
 	pieceMax := c.opt.Landing / c.opt.Credits
-	runs := make([]*linkRun, c.size)
-	for q, l := range c.links {
-		if l != nil {
-			runs[q] = &linkRun{l: l, lkey: cl.lkeys[l.dev.name]}
+	if c.runs == nil {
+		c.runs = make([]*linkRun, c.size)
+		for q, l := range c.links {
+			if l != nil {
+				c.runs[q] = &linkRun{l: l}
+			}
+		}
+		c.wc = make([]verbs.WC, 64)
+	}
+	runs := c.runs
+	for _, r := range runs {
+		if r != nil {
+			r.lkey = cl.lkeys[r.l.dev.name]
+			r.addr = cl.addrs[r.l.dev.name]
+			r.sendQ, r.recvQ, r.outstand = r.sendQ[:0], r.recvQ[:0], 0
 		}
 	}
 	cut := func(x xfer, emit func(off, n int)) {
@@ -213,7 +227,7 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 			}
 		}
 	}
-	wc := make([]verbs.WC, 32)
+	wc := c.wc
 	idle := 0
 	for si, st := range cl.steps {
 		pendingSends, pendingRecvs := 0, 0
@@ -270,9 +284,11 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 						Imm:        cl.seq<<immSeqShift | cl.desc,
 						RemoteAddr: r.l.rAddr + uint64(slot*pieceMax), RKey: r.l.rKey}
 					if p.n > 0 {
-						wr.SGL = []verbs.SGE{{Addr: cl.addrs[r.l.dev.name] + uint64(p.off), Length: uint32(p.n), LKey: r.lkey}}
+						r.sge[0] = verbs.SGE{Addr: r.addr + uint64(p.off), Length: uint32(p.n), LKey: r.lkey}
+						wr.SGL = r.sge[:]
 					}
-					if err := r.l.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+					r.wr[0] = wr
+					if err := r.l.qp.PostSend(r.wr[:]); err != nil {
 						if errors.Is(err, verbs.ErrQueueFull) {
 							break // completions not yet reaped: back-pressure, retried next round
 						}
@@ -285,7 +301,7 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 				}
 			}
 			progressed, sendDone := false, false
-			for _, d := range c.devs {
+			for _, d := range c.devList {
 				n, err := d.cq.Poll(wc)
 				if err != nil {
 					return fmt.Errorf("coll: rank %d: %w", c.rank, err)
@@ -479,7 +495,7 @@ func (c *Comm) idle(n *int) {
 		}
 		return
 	}
-	for _, d := range c.devs {
+	for _, d := range c.devList {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 		_ = d.cq.Wait(ctx)
 		cancel()

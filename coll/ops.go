@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"unsafe"
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/coll/reduce"
@@ -14,14 +15,14 @@ import (
 // work is the registered working buffer of a communicator: allocated on
 // the primary device (shared memory where possible) and registered on the
 // others, grown on demand.
-type work struct {
+type workBuf struct {
 	buf   []byte
 	mrs   map[string]*verbs.MR
 	lkeys map[string]uint32
 	addrs map[string]uint64
 }
 
-func (c *Comm) workBuffer(n int) (*work, error) {
+func (c *Comm) workBuffer(n int) (*workBuf, error) {
 	n = max(n, 64)
 	if c.work != nil && len(c.work.buf) >= n {
 		return c.work, nil
@@ -35,7 +36,7 @@ func (c *Comm) workBuffer(n int) (*work, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coll: rank %d: working buffer of %d bytes: %w", c.rank, n, err)
 	}
-	w := &work{buf: mr.Bytes(), mrs: map[string]*verbs.MR{c.primary: mr}, lkeys: map[string]uint32{}, addrs: map[string]uint64{}}
+	w := &workBuf{buf: mr.Bytes(), mrs: map[string]*verbs.MR{c.primary: mr}, lkeys: map[string]uint32{}, addrs: map[string]uint64{}}
 	for name, d := range c.devs {
 		if name != c.primary {
 			if w.mrs[name], err = d.pd.RegMR(w.buf, access); err != nil {
@@ -50,7 +51,68 @@ func (c *Comm) workBuffer(n int) (*work, error) {
 	return w, nil
 }
 
+// directMin is the smallest call that runs on the caller's buffer: below
+// it copying costs less than a registration would.
+const directMin = 64 << 10
+
+// maxUserMRs bounds the cache of registered caller buffers; when full it
+// is emptied.
+const maxUserMRs = 8
+
+type userKey struct {
+	p *byte
+	n int
+}
+
+// userBuffer registers b on every device (or finds it registered) for a
+// call to run on it.
+func (c *Comm) userBuffer(b []byte) (*workBuf, error) {
+	k := userKey{unsafe.SliceData(b), len(b)}
+	if w := c.userMRs[k]; w != nil {
+		return w, nil
+	}
+	if len(c.userMRs) >= maxUserMRs {
+		if err := c.freeUser(); err != nil {
+			return nil, err
+		}
+	}
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	w := &workBuf{buf: b, mrs: map[string]*verbs.MR{}, lkeys: map[string]uint32{}, addrs: map[string]uint64{}}
+	for name, d := range c.devs {
+		m, err := d.pd.RegMR(b, access)
+		if err != nil {
+			for _, m := range w.mrs {
+				_ = m.Dereg()
+			}
+			return nil, fmt.Errorf("coll: rank %d: register the caller's buffer of %d bytes on %s: %w", c.rank, len(b), name, err)
+		}
+		w.mrs[name], w.lkeys[name], w.addrs[name] = m, m.LKey(), m.Addr()
+	}
+	if c.userMRs == nil {
+		c.userMRs = map[userKey]*workBuf{}
+	}
+	c.userMRs[k] = w
+	return w, nil
+}
+
+// freeUser deregisters the cached caller buffers.
+func (c *Comm) freeUser() error {
+	var first error
+	for k, w := range c.userMRs {
+		for _, m := range w.mrs {
+			if err := m.Dereg(); err != nil && first == nil {
+				first = err
+			}
+		}
+		delete(c.userMRs, k)
+	}
+	return first
+}
+
 func (c *Comm) freeWork() error {
+	if err := c.freeUser(); err != nil {
+		return err
+	}
 	if c.work == nil {
 		return nil
 	}
@@ -97,6 +159,19 @@ func (c *Comm) algorithm(ctx context.Context, kind algo.Collective, count, esize
 	}
 	return c.choose(kind, count, esize), nil
 }
+
+// progKey names a compiled program: the same call shape on the same
+// communicator always runs the same steps.
+type progKey struct {
+	kind  algo.Collective
+	a     algo.Algorithm
+	root  int
+	count int
+	esize int
+}
+
+// maxPrograms bounds the program cache (it is emptied when full).
+const maxPrograms = 256
 
 // steps turns a rank's program into byte ranges of the working buffer.
 func steps(s *algo.Schedule, rank, count, esize int) []execStep {
@@ -222,11 +297,28 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 	if err != nil {
 		return err
 	}
-	s, err := algo.Generate(kind, a, N, root, 1)
-	if err != nil {
-		return fmt.Errorf("coll: %v: %w", kind, err)
+	key := progKey{kind, a, root, count, esize}
+	prog, ok := c.programs[key]
+	if !ok {
+		s, err := algo.Generate(kind, a, N, root, 1)
+		if err != nil {
+			return fmt.Errorf("coll: %v: %w", kind, err)
+		}
+		prog = steps(s, c.rank, count, esize)
+		if c.programs == nil || len(c.programs) >= maxPrograms {
+			c.programs = map[progKey][]execStep{}
+		}
+		c.programs[key] = prog
 	}
-	w, err := c.workBuffer(work)
+	// Large all-reduce, all-gather and broadcast run on the caller's
+	// recvbuf itself (registered once, cached), not the working buffer:
+	// no copy out, and no copy in when in place.
+	var w *workBuf
+	if work >= directMin && (kind == algo.AllReduce || kind == algo.AllGather || kind == algo.Broadcast) {
+		w, err = c.userBuffer(recvbuf[:work])
+	} else {
+		w, err = c.workBuffer(work)
+	}
 	if err != nil {
 		return err
 	}
@@ -255,7 +347,7 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 			rerr = err
 		}
 	}
-	cl := &call{seq: c.calls % callSeqMod, desc: descriptor(kind, a, count, descDT, descOp, root), steps: steps(s, r, count, esize),
+	cl := &call{seq: c.calls % callSeqMod, desc: descriptor(kind, a, count, descDT, descOp, root), steps: prog,
 		buf: buf, lkeys: w.lkeys, addrs: w.addrs, reduce: red}
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: %v of %d %v (%v): %w", kind, count, dt, a, err)
