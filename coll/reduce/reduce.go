@@ -157,6 +157,14 @@ func bounceDivide(buf []byte, dt DType, n int) {
 // kernel runs dst = a op b (op is not Avg) on equal-length buffers that
 // are aligned for dt and hold native-endian elements.
 func kernel(d, a, b []byte, dt DType, op Op) {
+	if n := vector(d, a, b, dt, op); n > 0 {
+		// The vector kernels did the whole blocks; the scalar ones below
+		// do the tail (n keeps any alignment) or everything without them.
+		d, a, b = d[n:], a[n:], b[n:]
+		if len(d) == 0 {
+			return
+		}
+	}
 	switch dt {
 	case Int8, Uint8:
 		switch op {

@@ -17,7 +17,11 @@ func Widen(dst, src []byte, dt DType) error {
 	if !Wide(dt) || len(src)%2 != 0 || len(dst) < 4*n {
 		return fmt.Errorf("coll/reduce: widen %v: %d bytes into %d: want float16 or bfloat16 into twice the bytes", dt, len(src), len(dst))
 	}
-	for i := range n {
+	i0 := 0
+	if dt == Float16 {
+		i0 = widenF16Vec(dst, src, n) // F16C, where the CPU has it
+	}
+	for i := i0; i < n; i++ {
 		h := binary.LittleEndian.Uint16(src[2*i:])
 		f := bf16ToF32(h)
 		if dt == Float16 {
@@ -37,8 +41,12 @@ func Narrow(dst, src []byte, dt DType, div int) error {
 	if !Wide(dt) || len(dst)%2 != 0 || len(src) < 4*n || div < 1 {
 		return fmt.Errorf("coll/reduce: narrow %v: %d bytes from %d, divisor %d: want float16 or bfloat16 from twice the bytes", dt, len(dst), len(src), div)
 	}
+	i0 := 0
+	if dt == Float16 && div == 1 {
+		i0 = narrowF16Vec(dst, src, n) // F16C, where the CPU has it
+	}
 	fd := float64(div)
-	for i := range n {
+	for i := i0; i < n; i++ {
 		f := math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 		q := float64(f) / fd
 		var h uint16

@@ -1,0 +1,13 @@
+//go:build !amd64
+
+package reduce
+
+// Other architectures have no vector kernels: the scalar ones do all
+// the work. useAVX2 exists so that tests build everywhere.
+var useAVX2 = false
+
+func vector(d, a, b []byte, dt DType, op Op) int { return 0 }
+
+func widenF16Vec(dst, src []byte, n int) int { return 0 }
+
+func narrowF16Vec(dst, src []byte, n int) int { return 0 }
