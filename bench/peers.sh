@@ -28,7 +28,7 @@ cleanup() {
 }
 trap cleanup EXIT
 go build -o "$tmp/ibex" ./cmd/ibex
-ibexargs=(coll all_reduce -b 8 -e "$max" -f 4 -n 20 -w 5 -c 1)
+ibexargs=(coll all_reduce -b 8 -e "$max" -f 4 -n 50 -w 10 -c 1)
 
 # ibex rows -> "bytes time_us busbw"
 ibexcols() { awk '!/^#/ && NF == 13 {print $1, $6, $8}'; }
