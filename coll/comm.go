@@ -78,9 +78,17 @@ type link struct {
 	// Since the connection (both ends count the same way, so landing
 	// slot = count mod credits on both sides).
 	sent, recvd int
-	recvsPost   int       // receives posted and not consumed
-	owed        int       // landing slots freed, not yet returned to the peer
-	arrived     []arrival // pieces in landing slots the program has not asked for yet
+	recvsPost   int // receives posted and not consumed
+	owed        int // landing slots freed, not yet returned to the peer
+
+	// The LL path (ll.go): staging for our pieces, and counts of LL
+	// pieces sent to and received from the peer.
+	llStage         *verbs.MR
+	llSent, llRecvd uint32
+	llCreditDirty   bool
+	llSGE           [1]verbs.SGE
+	llWR            [1]verbs.SendWR
+	arrived         []arrival // pieces in landing slots the program has not asked for yet
 }
 
 // device is one opened verbs device with its PD and CQ.
@@ -112,12 +120,18 @@ type Comm struct {
 	idleSince   time.Time
 	model       Model
 	choices     map[choiceKey]algo.Algorithm
-	broken      error       // set when a call failed: every later call fails with it
-	abortReq    atomic.Bool // Abort was called
-	mismatched  bool        // Close found data no call received
-	notices     int         // abort notices posted, not completed
-	peerAborted int         // Close found an abort notice from this rank (-1: none)
-	yieldThread bool        // a waiting rank yields its thread too (udp0 in use, or more local ranks than cores)
+	broken      error            // set when a call failed: every later call fails with it
+	abortReq    atomic.Bool      // Abort was called
+	mismatched  bool             // Close found data no call received
+	notices     int              // abort notices posted, not completed
+	peerAborted int              // Close found an abort notice from this rank (-1: none)
+	programLL   map[progKey]bool // which compiled programs fit the LL path
+	llOut       int              // LL writes posted, not completed
+	noLL        bool             // some link cannot take the LL path
+	llScratch   [llPayload + 4]byte
+	llDone      []bool
+	llDone2     []bool
+	yieldThread bool // a waiting rank yields its thread too (udp0 in use, or more local ranks than cores)
 }
 
 // Abort makes the call in progress on this communicator, and every later
@@ -286,6 +300,15 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 	}
 	c.setModel(m)
 	c.yieldThread = len(LocalRanks(c.peers, rank)) > runtime.NumCPU()
+	// The LL path needs every link of every rank on an LL transport, so
+	// that all ranks decide alike.
+	for a := range size {
+		for b := range size {
+			if a != b && !llCapable(c.transportBetween(a, b)) {
+				c.noLL = true
+			}
+		}
+	}
 	// The primary device holds the working buffers: the forced transport,
 	// else shared memory.
 	c.primary = opt.Transport
@@ -306,8 +329,13 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 			return nil, err
 		}
 		l := &link{peer: q, dev: d, credit: opt.Credits}
-		if l.land, err = d.pd.AllocMR(opt.Landing, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		if l.land, err = d.pd.AllocMR(opt.Landing+llArea, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 			return nil, fmt.Errorf("coll: rank %d: landing buffer for rank %d: %w", rank, q, err)
+		}
+		if llCapable(d.name) {
+			if l.llStage, err = d.pd.AllocMR(llStage, verbs.AccessLocalWrite); err != nil {
+				return nil, fmt.Errorf("coll: rank %d: LL staging for rank %d: %w", rank, q, err)
+			}
 		}
 		if l.qp, err = d.pd.CreateQP(verbs.QPInitAttr{SendCQ: d.cq, RecvCQ: d.cq,
 			Cap: verbs.QPCap{MaxSendWR: 2*opt.Credits + 4, MaxRecvWR: 4 * opt.Credits, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
@@ -388,6 +416,7 @@ func (c *Comm) Close() error {
 		c.boot = nil
 	}
 	if c.boot != nil {
+		c.flushLL(time.Now().Add(closeWait))
 		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 		if _, err := c.boot.AllGather(ctx, nil); err != nil {
 			errs = append(errs, "barrier: "+err.Error())
@@ -416,6 +445,9 @@ func (c *Comm) Close() error {
 		}
 		if l.land != nil {
 			keep(l.land.Dereg())
+		}
+		if l.llStage != nil {
+			keep(l.llStage.Dereg())
 		}
 	}
 	for _, d := range c.devs {
@@ -447,11 +479,13 @@ func (c *Comm) Close() error {
 // Close's barrier, every piece sent has landed, so none is missed. It
 // also reports a peer's abort notice no call saw.
 func (c *Comm) leftovers() error {
-	c.peerAborted = -1
 	left := make([]int, c.size)
 	for _, l := range c.links {
 		if l != nil {
 			left[l.peer] += len(l.arrived)
+			if c.llLanded(l) {
+				left[l.peer]++
+			}
 		}
 	}
 	wc := make([]verbs.WC, 64)

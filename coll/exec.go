@@ -110,6 +110,7 @@ type call struct {
 	lkeys  map[string]uint32 // its keys and addresses per device
 	addrs  map[string]uint64
 	reduce func(dst, src []byte) // for receives that reduce
+	ll     bool                  // the program fits the LL path (llOK)
 }
 
 // linkRun is a link's state during one call.
@@ -141,7 +142,11 @@ func (c *Comm) run(ctx context.Context, cl *call) error {
 	if c.broken != nil {
 		return c.broken
 	}
-	if err := c.exec(ctx, cl); err != nil {
+	exec := c.exec
+	if cl.ll && !c.noLL {
+		exec = c.execLL
+	}
+	if err := exec(ctx, cl); err != nil {
 		c.breakComm(err)
 		return c.broken
 	}
@@ -176,6 +181,10 @@ const (
 	noticeTag = 2 << 40
 )
 
+// wrTag is the tag of a send work request ID: 0 data, 1 credit return,
+// 2 abort notice, 3 LL write.
+func wrTag(id uint64) uint64 { return id >> 40 & 3 }
+
 // flushNotices gives the abort notices up to noticeWait to complete before
 // Close destroys the QPs that carry them.
 func (c *Comm) flushNotices() {
@@ -186,8 +195,12 @@ func (c *Comm) flushNotices() {
 		for _, d := range c.devList {
 			n, _ := d.cq.Poll(wc)
 			for _, w := range wc[:n] {
-				if w.WRID&noticeTag != 0 && w.Opcode == verbs.WCRDMAWrite || w.WRID&noticeTag != 0 && w.Status != verbs.WCSuccess {
+				switch {
+				case w.Opcode >= verbs.WCRecv && w.Status == verbs.WCSuccess:
+				case wrTag(w.WRID) == 2:
 					c.notices--
+				case wrTag(w.WRID) == 3:
+					c.llOut--
 				}
 			}
 			got += n
@@ -314,7 +327,7 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 						if r != nil {
 							who = fmt.Sprint(r.l.peer)
 						}
-						if w.WRID&noticeTag != 0 && w.Opcode == verbs.WCRDMAWrite {
+						if wrTag(w.WRID) == 2 {
 							continue // an abort notice of ours that could not be delivered
 						}
 						return fmt.Errorf("coll: rank %d: step %d of %d: link to rank %s failed: %v", c.rank, si+1, len(cl.steps), who, w)
@@ -324,7 +337,10 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 					}
 					switch {
 					case w.Opcode == verbs.WCRDMAWrite:
-						if w.WRID != uint64(r.l.peer) { // a credit return or notice completing
+						if w.WRID != uint64(r.l.peer) { // a credit return, notice or LL write completing
+							if wrTag(w.WRID) == 3 {
+								c.llOut--
+							}
 							continue
 						}
 						r.outstand--

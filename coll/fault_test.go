@@ -64,42 +64,44 @@ func TestMismatch(t *testing.T) {
 			return []callFn{bcast(0), sum}
 		}, ""},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var mu sync.Mutex
-			var msgs []string
-			runRanksRaw(t, tc.size, Options{Transport: "loop0", Landing: 8 * 4096, Credits: 8}, func(c *Comm) error {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				buf := make([]byte, 8*n)
-				var err error
-				for _, f := range tc.calls(c.Rank()) {
-					if err = f(ctx, c, buf); err != nil {
-						break
+		for _, tr := range []string{"loop0", "shm0"} { // shm0: small calls take the LL path
+			t.Run(tc.name+"/"+tr, func(t *testing.T) {
+				var mu sync.Mutex
+				var msgs []string
+				runRanksRaw(t, tc.size, Options{Transport: tr, Landing: 8 * 4096, Credits: 8}, func(c *Comm) error {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					buf := make([]byte, 8*n)
+					var err error
+					for _, f := range tc.calls(c.Rank()) {
+						if err = f(ctx, c, buf); err != nil {
+							break
+						}
 					}
+					cerr := c.Close()
+					if err == nil {
+						err = cerr
+					}
+					switch {
+					case err == nil:
+						return fmt.Errorf("rank %d: no error", c.Rank())
+					case errors.Is(err, context.DeadlineExceeded):
+						return fmt.Errorf("rank %d: ran into the deadline: %v", c.Rank(), err)
+					case !errors.Is(err, ErrMismatch) && !errors.Is(err, ErrAborted):
+						return fmt.Errorf("rank %d: error is neither a mismatch nor an abort: %v", c.Rank(), err)
+					}
+					mu.Lock()
+					msgs = append(msgs, err.Error())
+					mu.Unlock()
+					return nil
+				})
+				all := strings.Join(msgs, "\n")
+				if !strings.Contains(all, "mismatched calls") || !strings.Contains(all, tc.want) {
+					t.Fatalf("no rank reported the mismatch (%q):\n%s", tc.want, all)
 				}
-				cerr := c.Close()
-				if err == nil {
-					err = cerr
-				}
-				switch {
-				case err == nil:
-					return fmt.Errorf("rank %d: no error", c.Rank())
-				case errors.Is(err, context.DeadlineExceeded):
-					return fmt.Errorf("rank %d: ran into the deadline: %v", c.Rank(), err)
-				case !errors.Is(err, ErrMismatch) && !errors.Is(err, ErrAborted):
-					return fmt.Errorf("rank %d: error is neither a mismatch nor an abort: %v", c.Rank(), err)
-				}
-				mu.Lock()
-				msgs = append(msgs, err.Error())
-				mu.Unlock()
-				return nil
+				t.Logf("\n%s", all)
 			})
-			all := strings.Join(msgs, "\n")
-			if !strings.Contains(all, "mismatched calls") || !strings.Contains(all, tc.want) {
-				t.Fatalf("no rank reported the mismatch (%q):\n%s", tc.want, all)
-			}
-			t.Logf("\n%s", all)
-		})
+		}
 	}
 }
 

@@ -307,8 +307,20 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 		prog = steps(s, c.rank, count, esize)
 		if c.programs == nil || len(c.programs) >= maxPrograms {
 			c.programs = map[progKey][]execStep{}
+			c.programLL = map[progKey]bool{}
 		}
 		c.programs[key] = prog
+		// Both ends of every transfer must take the same path: the LL
+		// path only if every rank's program fits it.
+		ll := !c.noLL
+		for q := 0; ll && q < N; q++ {
+			p := prog
+			if q != c.rank {
+				p = steps(s, q, count, esize)
+			}
+			ll = llOK(p)
+		}
+		c.programLL[key] = ll
 	}
 	// Large all-reduce, all-gather and broadcast run on the caller's
 	// recvbuf itself (registered once, cached), not the working buffer:
@@ -348,7 +360,7 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 		}
 	}
 	cl := &call{seq: c.calls % callSeqMod, desc: descriptor(kind, a, count, descDT, descOp, root), steps: prog,
-		buf: buf, lkeys: w.lkeys, addrs: w.addrs, reduce: red}
+		buf: buf, lkeys: w.lkeys, addrs: w.addrs, reduce: red, ll: c.programLL[key]}
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: %v of %d %v (%v): %w", kind, count, dt, a, err)
 	}
@@ -424,6 +436,7 @@ func (c *Comm) SendRecv(ctx context.Context, sendbuf []byte, to int, recvbuf []b
 	copy(w.buf[:n], sendbuf[:n])
 	st := execStep{sends: []xfer{{peer: to, n: n}}, recvs: []xfer{{peer: from, off: n, n: n}}}
 	cl := &call{seq: p2pSeq, desc: descriptor(p2pKind, 0, count, dt, 0, 0), steps: []execStep{st}, buf: w.buf[:2*n], lkeys: w.lkeys, addrs: w.addrs}
+	cl.ll = llOK(cl.steps)
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: sendrecv of %d %v to rank %d, from rank %d: %w", count, dt, to, from, err)
 	}
@@ -457,6 +470,7 @@ func (c *Comm) p2p(ctx context.Context, buf []byte, count int, dt reduce.DType, 
 	// Point-to-point calls do not advance the collective call number: two
 	// ranks exchanging messages need not have made the same collectives.
 	cl := &call{seq: p2pSeq, desc: descriptor(p2pKind, 0, count, dt, 0, 0), steps: []execStep{st}, buf: w.buf[:n], lkeys: w.lkeys, addrs: w.addrs}
+	cl.ll = llOK(cl.steps)
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: %s of %d %v with rank %d: %w", op, count, dt, peer, err)
 	}

@@ -27,8 +27,9 @@ type peer struct {
 	num   uint32
 	seg   *shmem.Segment // nil for the node itself
 	m     mem            // the peer's pool
-	ready chan struct{}  // closed once the pool is mapped (or the dial failed)
+	ready chan struct{}  // closed once the pool is mapped (or the dial failed), by markReady
 	err   error          // why the peer cannot be reached, once ready
+	once  sync.Once      // ready is closed once: a dial and an accept may race
 
 	// refs pins the mapping while this process touches it; the top bit
 	// marks the peer gone (no new pins), and release unmaps after the
@@ -117,14 +118,18 @@ func (n *node) peerFor(g verbs.GID) (*peer, error) {
 
 func (n *node) dial(p *peer) {
 	fail := func(err error) {
-		p.err = fmt.Errorf("shm: connect to node %d of pid %d: %w", p.num, p.pid, err)
-		n.mu.Lock()
-		if n.peers[p.gid] == p {
-			delete(n.peers, p.gid)
-		}
-		n.mu.Unlock()
-		p.refs.Store(peerGone)
-		close(p.ready)
+		// If the other side's connection (accepted) already mapped the
+		// pool, that one stands and this failure changes nothing.
+		p.once.Do(func() {
+			p.err = fmt.Errorf("shm: connect to node %d of pid %d: %w", p.num, p.pid, err)
+			n.mu.Lock()
+			if n.peers[p.gid] == p {
+				delete(n.peers, p.gid)
+			}
+			n.mu.Unlock()
+			p.refs.Store(peerGone)
+			close(p.ready)
+		})
 	}
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sockName(p.pid, p.num), Net: "unixpacket"})
 	if err != nil {
@@ -187,7 +192,7 @@ func (n *node) readHello(c *net.UnixConn, p *peer) error {
 		return fmt.Errorf("hello: pool of pid %d is not an ibex shm pool", pid)
 	}
 	p.seg, p.m = seg, m
-	close(p.ready)
+	p.once.Do(func() { close(p.ready) })
 	return nil
 }
 
@@ -256,7 +261,7 @@ func (n *node) accepted(c *net.UnixConn) {
 			return
 		}
 		p.seg, p.m = seg, mem(seg.Mem)
-		close(p.ready)
+		p.once.Do(func() { close(p.ready) })
 	} else {
 		closeFDs(fds)
 	}
