@@ -23,7 +23,8 @@ import (
 // which the words land does not matter). A consumed piece is acknowledged
 // by writing the count consumed into the sender's credit word, which the
 // sender reads in its own memory. On shm0 the initiator's copy is the
-// delivery, so no step waits for the other process's provider progress.
+// delivery, so no step waits for the other process's provider progress;
+// on udp0 no step waits for an acknowledgement or a completion.
 //
 // Landing buffer layout: [Landing bytes of normal slots][llSlots LL slots
 // of llSlot bytes][credit word: LL pieces the peer consumed of ours].
@@ -40,8 +41,9 @@ const (
 
 // llCapable reports whether a link's transport delivers an RDMA WRITE
 // into the target's memory outside the Go heap, where the target may poll
-// it (shm0's pool).
-func llCapable(dev string) bool { return dev == "shm0" }
+// it: shm0's pool (the initiator copies), udp0's mmapped buffers (the
+// target's provider writes each packet's words as they arrive).
+func llCapable(dev string) bool { return dev == "shm0" || dev == "udp0" }
 
 // llOK reports whether a program can run on the LL path: every transfer
 // fits one LL piece, and no step has two sends or two receives on one
