@@ -33,17 +33,18 @@ type LinkModel struct {
 }
 
 // DefaultModel is the model a communicator uses when none is given:
-// medians of three runs of `ibex coll calibrate --np 2` (shm0) and
-// `ibex coll calibrate --np 2 --transport udp0` (udp0 over loopback) on a
-// 2-core VM, and TestCalibrate's log for loop0 (the in-process provider).
+// medians of three runs of `ibex coll calibrate --np 2` (shm0; α is the
+// LL path's) and `ibex coll calibrate --np 2 --transport udp0` (udp0 over
+// loopback) on a 2-core VM with the AVX2 kernels (γ), and TestCalibrate's
+// log for loop0 (the in-process provider).
 func DefaultModel() Model {
 	return Model{
 		Transports: map[string]LinkModel{
-			"shm0":  {AlphaUs: 12, BetaNs: 0.37},
-			"udp0":  {AlphaUs: 143, BetaNs: 1.13},
+			"shm0":  {AlphaUs: 2.6, BetaNs: 0.26},
+			"udp0":  {AlphaUs: 98, BetaNs: 0.85},
 			"loop0": {AlphaUs: 10, BetaNs: 0.24},
 		},
-		GammaNs: 0.11,
+		GammaNs: 0.047,
 		Source:  "default: ibex coll calibrate --np 2 on a 2-core VM, 2026-11-30",
 	}
 }
