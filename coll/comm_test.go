@@ -13,38 +13,17 @@ import (
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
-// runRanks runs fn on size ranks (goroutines) of one communicator.
+// runRanks runs fn on size ranks (goroutines) of one communicator and
+// closes each afterwards.
 func runRanks(t *testing.T, size int, opt Options, fn func(c *Comm) error) {
 	t.Helper()
-	id, err := NewUniqueID(freeAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, size)
-	for r := range size {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := NewComm(ctx, id, r, size, opt)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			errs[r] = fn(c)
-			if err := c.Close(); err != nil && errs[r] == nil {
-				errs[r] = err
-			}
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+	runRanksRaw(t, size, opt, func(c *Comm) error {
+		err := fn(c)
+		if cerr := c.Close(); err == nil {
+			err = cerr
 		}
-	}
+		return err
+	})
 }
 
 // TestCommLinks: every rank writes its number into every peer's landing

@@ -188,25 +188,44 @@ func wrTag(id uint64) uint64 { return id >> 40 & 3 }
 // flushNotices gives the abort notices up to noticeWait to complete before
 // Close destroys the QPs that carry them.
 func (c *Comm) flushNotices() {
-	deadline := time.Now().Add(noticeWait)
+	c.drain(time.Now().Add(noticeWait), func() bool { return c.notices > 0 })
+}
+
+// drain polls the CQs until pending reports false or deadline passes,
+// counting our abort notices and LL writes as they complete and keeping
+// what peers send (pieces, abort notices) for Close's report.
+func (c *Comm) drain(deadline time.Time, pending func() bool) {
 	wc := make([]verbs.WC, 32)
-	for c.notices > 0 && time.Now().Before(deadline) {
+	for pending() && time.Now().Before(deadline) {
 		got := 0
 		for _, d := range c.devList {
 			n, _ := d.cq.Poll(wc)
 			for _, w := range wc[:n] {
-				switch {
-				case w.Opcode >= verbs.WCRecv && w.Status == verbs.WCSuccess:
-				case wrTag(w.WRID) == 2:
-					c.notices--
-				case wrTag(w.WRID) == 3:
-					c.llOut--
+				if w.Opcode < verbs.WCRecv || w.Status != verbs.WCSuccess {
+					switch wrTag(w.WRID) {
+					case 2:
+						c.notices--
+					case 3:
+						c.llOut--
+					}
+					continue
+				}
+				for _, l := range c.links {
+					if l == nil || l.qp.Num() != w.QPNum {
+						continue
+					}
+					switch {
+					case w.Imm&immAbort == immAbort:
+						c.peerAborted = l.peer
+					case w.Imm&immCredit == 0:
+						l.arrived = append(l.arrived, arrival{n: int(w.ByteLen)})
+					}
 				}
 			}
 			got += n
 		}
 		if got == 0 {
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(50 * time.Microsecond)
 		}
 	}
 }
@@ -347,24 +366,14 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 						r.done++
 						pendingSends--
 						sendDone = true
-					case w.Imm&immAbort == immAbort:
-						r.l.recvsPost--
-						return fmt.Errorf("coll: rank %d: step %d of %d: rank %d aborted the communicator (its own error says why): %w", c.rank, si+1, len(cl.steps), r.l.peer, ErrAborted)
-					case w.Imm&immCredit != 0:
-						r.l.recvsPost--
-						r.l.credit += int(w.Imm &^ immCredit)
 					default:
-						r.l.recvsPost--
-						a := arrival{slot: r.l.recvd % c.opt.Credits, n: int(w.ByteLen), seq: (w.Imm >> immSeqShift) & immSeqMask, desc: w.Imm & immDescMask}
-						// A piece of this call that is not ours: a mismatch, said
-						// at once (match would not see it if no receive of this
-						// call waits on that link). Point-to-point calls all
-						// share one number, so theirs are checked in order only.
-						if a.seq == cl.seq && a.desc != cl.desc && cl.seq != p2pSeq {
-							return fmt.Errorf("coll: rank %d: %w: rank %d: %s", c.rank, ErrMismatch, r.l.peer, mismatch(cl.desc, a.desc))
+						data, err := c.received(r.l, w, cl, si, len(cl.steps), false)
+						if err != nil {
+							return err
 						}
-						r.l.arrived = append(r.l.arrived, a)
-						r.l.recvd++
+						if !data {
+							continue
+						}
 						k, err := c.match(runs, r, cl, si)
 						if err != nil {
 							return err
@@ -488,6 +497,36 @@ func (c *Comm) match(runs []*linkRun, r *linkRun, cl *call, step int) (int, erro
 		k++
 	}
 	return k, nil
+}
+
+// received handles a receive completion on link l during call cl: an
+// abort notice fails the call; a credit return adds credits; a data piece
+// joins the link's arrivals (data reports it). A piece of this very call
+// that differs from ours is a mismatch, said at once (match would not see
+// it if no receive of this call waits on that link); on the LL path any
+// normal piece of this call is (its sender took the other path).
+// Point-to-point calls all share one number, so theirs are checked in
+// order only, by match.
+func (c *Comm) received(l *link, w verbs.WC, cl *call, step, steps int, ll bool) (data bool, err error) {
+	l.recvsPost--
+	switch {
+	case w.Imm&immAbort == immAbort:
+		return false, fmt.Errorf("coll: rank %d: step %d of %d: rank %d aborted the communicator (its own error says why): %w", c.rank, step+1, steps, l.peer, ErrAborted)
+	case w.Imm&immCredit != 0:
+		l.credit += int(w.Imm &^ immCredit)
+		return false, nil
+	}
+	a := arrival{slot: l.recvd % c.opt.Credits, n: int(w.ByteLen), seq: (w.Imm >> immSeqShift) & immSeqMask, desc: w.Imm & immDescMask}
+	if a.seq == cl.seq && cl.seq != p2pSeq && (ll || a.desc != cl.desc) {
+		why := mismatch(cl.desc, a.desc)
+		if ll {
+			why = strings.TrimPrefix(why+"; it sent this call's data on the normal path, we took the LL path", "; ")
+		}
+		return false, fmt.Errorf("coll: rank %d: %w: rank %d: %s", c.rank, ErrMismatch, l.peer, why)
+	}
+	l.arrived = append(l.arrived, a)
+	l.recvd++
+	return true, nil
 }
 
 // idle is called after a round that found no completion. Like NCCL, a

@@ -284,20 +284,8 @@ func (c *Comm) llCompletion(cl *call, step, steps int, w verbs.WC) error {
 		}
 		return nil
 	}
-	l.recvsPost--
-	switch {
-	case w.Imm&immAbort == immAbort:
-		return fmt.Errorf("coll: rank %d: step %d of %d: rank %d aborted the communicator (its own error says why): %w", c.rank, step+1, steps, l.peer, ErrAborted)
-	case w.Imm&immCredit != 0:
-		l.credit += int(w.Imm &^ immCredit)
-	default:
-		// A normal-path piece of a later call (the peer is ahead).
-		a := arrival{slot: l.recvd % c.opt.Credits, n: int(w.ByteLen), seq: (w.Imm >> immSeqShift) & immSeqMask, desc: w.Imm & immDescMask}
-		if a.seq == cl.seq && cl.seq != p2pSeq {
-			return fmt.Errorf("coll: rank %d: %w: rank %d sent this call's data on the normal path: its call differs (%s)", c.rank, ErrMismatch, l.peer, mismatch(cl.desc, a.desc))
-		}
-		l.arrived = append(l.arrived, a)
-		l.recvd++
+	if _, err := c.received(l, w, cl, step, steps, true); err != nil {
+		return err
 	}
 	if l.recvsPost < 2*c.opt.Credits {
 		rcv := verbs.RecvWR{ID: uint64(l.peer)}
@@ -348,39 +336,7 @@ func (c *Comm) llLanded(l *link) bool {
 
 // flushLL waits, until deadline, for our LL writes to complete, so that
 // Close does not destroy a QP with a piece the peer is waiting for (a
-// call on the LL path returns once its writes are posted). Pieces and
-// notices that arrive meanwhile are kept for Close's report.
+// call on the LL path returns once its writes are posted).
 func (c *Comm) flushLL(deadline time.Time) {
-	wc := make([]verbs.WC, 32)
-	for c.llOut > 0 && time.Now().Before(deadline) {
-		got := 0
-		for _, d := range c.devList {
-			n, _ := d.cq.Poll(wc)
-			for _, w := range wc[:n] {
-				if w.Opcode < verbs.WCRecv {
-					if wrTag(w.WRID) == 3 {
-						c.llOut--
-					}
-					continue
-				}
-				if w.Status != verbs.WCSuccess || w.Imm&immCredit != 0 && w.Imm&immAbort != immAbort {
-					continue
-				}
-				for _, l := range c.links {
-					if l == nil || l.qp.Num() != w.QPNum {
-						continue
-					}
-					if w.Imm&immAbort == immAbort {
-						c.peerAborted = l.peer
-					} else {
-						l.arrived = append(l.arrived, arrival{n: int(w.ByteLen)})
-					}
-				}
-			}
-			got += n
-		}
-		if got == 0 {
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
+	c.drain(deadline, func() bool { return c.llOut > 0 })
 }
