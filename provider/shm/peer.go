@@ -100,10 +100,14 @@ func (n *node) peerFor(g verbs.GID) (*peer, error) {
 	if dial {
 		p = &peer{n: n, gid: g, pid: pid, num: num, ready: make(chan struct{}), keyCache: map[uint32]uint32{}}
 		n.peers[g] = p
+		n.wg.Add(1) // under n.mu, not closed: Close waits for the dial before it unmaps our pool
 	}
 	n.mu.Unlock()
 	if dial {
-		go n.dial(p)
+		go func() {
+			defer n.wg.Done()
+			n.dial(p)
+		}()
 	}
 	select {
 	case <-p.ready:
