@@ -22,6 +22,7 @@ import (
 	"github.com/ibex-rdma/ibex/coll"
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/coll/reduce"
+	"github.com/ibex-rdma/ibex/internal/units"
 )
 
 // collRankEnv marks a rank process started by `ibex coll --np`.
@@ -102,26 +103,11 @@ func newCollCmd() *cobra.Command {
 }
 
 func parseBytes(s string) (int64, error) {
-	mult := int64(1)
-	t := strings.TrimSpace(s)
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'K', 'k':
-			mult = 1 << 10
-		case 'M', 'm':
-			mult = 1 << 20
-		case 'G', 'g':
-			mult = 1 << 30
-		}
+	v, err := units.ParseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("coll: size %q: %w", s, err)
 	}
-	if mult != 1 {
-		t = t[:len(t)-1]
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("coll: size %q: want bytes like 8, 64K, 128M", s)
-	}
-	return v * mult, nil
+	return v, nil
 }
 
 var collNames = map[string]algo.Collective{

@@ -6,13 +6,13 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	_ "unsafe" // go:linkname
 
 	"github.com/ibex-rdma/ibex/internal/shmem"
+	"github.com/ibex-rdma/ibex/internal/units"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -43,25 +43,11 @@ func poolSize() (int64, error) {
 	if s == "" {
 		return defaultPool, nil
 	}
-	mult := int64(1)
-	switch s[len(s)-1] {
-	case 'K', 'k':
-		mult = 1 << 10
-	case 'M', 'm':
-		mult = 1 << 20
-	case 'G', 'g':
-		mult = 1 << 30
-	case 'T', 't':
-		mult = 1 << 40
-	}
-	if mult != 1 {
-		s = s[:len(s)-1]
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || n > (1<<46)/mult || n*mult < 4*poolStart {
+	n, err := units.ParseBytes(s)
+	if err != nil || n > 1<<46 || n < 4*poolStart {
 		return 0, fmt.Errorf("shm: IBEX_SHM_POOL=%q: want a size of at least 4M, like 16G", os.Getenv("IBEX_SHM_POOL"))
 	}
-	return n * mult, nil
+	return n, nil
 }
 
 var (

@@ -1,0 +1,37 @@
+// Package units parses byte sizes as ibex's flags and environment
+// variables take them: a decimal number with an optional K, M, G or T
+// suffix (binary multiples, either case).
+package units
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// ParseBytes parses "8", "64K", "128M", "16G", "1T". The result is
+// non-negative and does not overflow int64.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'K', 'k':
+			mult = 1 << 10
+		case 'M', 'm':
+			mult = 1 << 20
+		case 'G', 'g':
+			mult = 1 << 30
+		case 'T', 't':
+			mult = 1 << 40
+		}
+	}
+	if mult != 1 {
+		t = t[:len(t)-1]
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 || v > (1<<63-1)/mult {
+		return 0, errors.New("want a size in bytes like 8, 64K, 128M, 16G")
+	}
+	return v * mult, nil
+}
