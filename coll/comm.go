@@ -120,6 +120,7 @@ type Comm struct {
 	idleSince   time.Time
 	model       Model
 	choices     map[choiceKey]algo.Algorithm
+	envAlgo     algo.Algorithm   // IBEX_ALGO, read at NewComm (0: none)
 	broken      error            // set when a call failed: every later call fails with it
 	abortReq    atomic.Bool      // Abort was called
 	mismatched  bool             // Close found data no call received
@@ -261,7 +262,13 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 	if err != nil {
 		return nil, err
 	}
-	c := &Comm{rank: rank, size: size, opt: opt, devs: map[string]*device{}, links: make([]*link, size), peerAborted: -1}
+	var envAlgo algo.Algorithm
+	if e := os.Getenv("IBEX_ALGO"); e != "" {
+		if envAlgo, err = algo.ParseAlgorithm(e); err != nil {
+			return nil, fmt.Errorf("coll: IBEX_ALGO=%q: %w", e, err)
+		}
+	}
+	c := &Comm{rank: rank, size: size, opt: opt, devs: map[string]*device{}, links: make([]*link, size), peerAborted: -1, envAlgo: envAlgo}
 	defer func() {
 		if err != nil {
 			_ = c.Close()

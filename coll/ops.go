@@ -3,7 +3,6 @@ package coll
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"unsafe"
 
@@ -141,21 +140,15 @@ func WithAlgorithm(ctx context.Context, a algo.Algorithm) context.Context {
 }
 
 // algorithm picks the algorithm of a call: the context's (WithAlgorithm);
-// else IBEX_ALGO's if it names one the collective supports (so
+// else IBEX_ALGO's (read at NewComm) if it names one the collective supports (so
 // IBEX_ALGO=tree applies to all_reduce, broadcast and reduce); else the
 // cheapest by the cost model.
 func (c *Comm) algorithm(ctx context.Context, kind algo.Collective, count, esize int) (algo.Algorithm, error) {
 	if a, ok := ctx.Value(algoKey{}).(algo.Algorithm); ok {
 		return a, nil
 	}
-	if s := os.Getenv("IBEX_ALGO"); s != "" {
-		a, err := algo.ParseAlgorithm(s)
-		if err != nil {
-			return 0, fmt.Errorf("coll: IBEX_ALGO=%q: %w", s, err)
-		}
-		if slices.Contains(algo.Supported(kind), a) {
-			return a, nil
-		}
+	if c.envAlgo != 0 && slices.Contains(algo.Supported(kind), c.envAlgo) {
+		return c.envAlgo, nil
 	}
 	return c.choose(kind, count, esize), nil
 }
