@@ -85,10 +85,22 @@ type link struct {
 	// pieces sent to and received from the peer.
 	llStage         *verbs.MR
 	llSent, llRecvd uint32
-	llCreditDirty   bool
+	llReported      uint32 // llRecvd as last written into the peer's credit word
+	llUnsig         int    // LL writes since the last signaled one
 	llSGE           [1]verbs.SGE
 	llWR            [1]verbs.SendWR
-	arrived         []arrival // pieces in landing slots the program has not asked for yet
+	arrived         fifo[arrival] // pieces in landing slots the program has not asked for yet
+
+	// The flagged path (fl.go): counts of pieces sent and received, as
+	// for LL; this step's data writes completed; a header that did not
+	// fit the send queue; the call buffer's key and address.
+	flSent, flRecvd, flReported uint32
+	flDone                      int
+	flHdrPending                bool
+	flSGE                       [2]verbs.SGE
+	flWR                        [2]verbs.SendWR
+	flKey                       uint32
+	flAddr                      uint64
 }
 
 // device is one opened verbs device with its PD and CQ.
@@ -114,25 +126,34 @@ type Comm struct {
 	userMRs     map[userKey]*workBuf   // callers' buffers registered for large calls
 	runs        []*linkRun             // the executor's per-link state, reused by every call
 	wc          []verbs.WC             // its completion buffer
+	gateBuf     []gate                 // the normal executor's gate lists for a step
 	programs    map[progKey][]execStep // compiled programs by call shape
 	wide        []byte                 // float32 copies of float16 input and output
 	calls       uint32                 // collective calls so far (their number goes in the immediates)
 	idleSince   time.Time
 	model       Model
 	choices     map[choiceKey]algo.Algorithm
-	envAlgo     algo.Algorithm   // IBEX_ALGO, read at NewComm (0: none)
-	broken      error            // set when a call failed: every later call fails with it
-	abortReq    atomic.Bool      // Abort was called
-	mismatched  bool             // Close found data no call received
-	notices     int              // abort notices posted, not completed
-	peerAborted int              // Close found an abort notice from this rank (-1: none)
-	programLL   map[progKey]bool // which compiled programs fit the LL path
-	llOut       int              // LL writes posted, not completed
-	noLL        bool             // some link cannot take the LL path
+	envAlgo     algo.Algorithm  // IBEX_ALGO, read at NewComm (0: none)
+	broken      error           // set when a call failed: every later call fails with it
+	abortReq    atomic.Bool     // Abort was called
+	mismatched  bool            // Close found data no call received
+	notices     int             // abort notices posted, not completed
+	peerAborted int             // Close found an abort notice from this rank (-1: none)
+	programMode map[progKey]int // the path each compiled program takes (modeNormal, modeLL, modeFL)
+	llOut       int             // LL writes, flagged headers and credit writes posted with a completion, not completed
+	noLL        bool            // some link cannot take the LL path
+	noFL        bool            // some link cannot take the flagged path
 	llScratch   [llPayload + 4]byte
-	llDone      []bool
-	llDone2     []bool
-	yieldThread bool // a waiting rank yields its thread too (udp0 in use, or more local ranks than cores)
+	sDone       []int // execFast: pieces of each send and receive of the step done
+	rDone       []int
+	cur         call // the call being run (reused: calls allocate nothing)
+
+	// The flagged path's geometry (flLayout) and its data writes posted,
+	// not completed.
+	flSlots, flChunk      int
+	flBase, flHdr, flCred int
+	flOut                 int
+	yieldThread           bool // a waiting rank yields its thread too (udp0 in use, or more local ranks than cores)
 }
 
 // Abort makes the call in progress on this communicator, and every later
@@ -314,8 +335,12 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 			if a != b && !llCapable(c.transportBetween(a, b)) {
 				c.noLL = true
 			}
+			if a != b && !flCapable(c.transportBetween(a, b)) {
+				c.noFL = true
+			}
 		}
 	}
+	c.flLayout()
 	// The primary device holds the working buffers: the forced transport,
 	// else shared memory.
 	c.primary = opt.Transport
@@ -336,16 +361,22 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 			return nil, err
 		}
 		l := &link{peer: q, dev: d, credit: opt.Credits}
-		if l.land, err = d.pd.AllocMR(opt.Landing+llArea, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		land, stage := opt.Landing+llArea, llStage
+		if !c.noFL {
+			land, stage = land+c.flArea(), stage+c.flStage()
+		}
+		if l.land, err = d.pd.AllocMR(land, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 			return nil, fmt.Errorf("coll: rank %d: landing buffer for rank %d: %w", rank, q, err)
 		}
 		if llCapable(d.name) {
-			if l.llStage, err = d.pd.AllocMR(llStage, verbs.AccessLocalWrite); err != nil {
+			if l.llStage, err = d.pd.AllocMR(stage, verbs.AccessLocalWrite); err != nil {
 				return nil, fmt.Errorf("coll: rank %d: LL staging for rank %d: %w", rank, q, err)
 			}
 		}
+		// The send queue holds a step's normal pieces and credit returns,
+		// or its flagged data and headers, plus LL writes in between.
 		if l.qp, err = d.pd.CreateQP(verbs.QPInitAttr{SendCQ: d.cq, RecvCQ: d.cq,
-			Cap: verbs.QPCap{MaxSendWR: 2*opt.Credits + 4, MaxRecvWR: 4 * opt.Credits, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			Cap: verbs.QPCap{MaxSendWR: 4*opt.Credits + llSlots + 8, MaxRecvWR: 4 * opt.Credits, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			return nil, fmt.Errorf("coll: rank %d: qp for rank %d: %w", rank, q, err)
 		}
 		c.links[q] = l
@@ -489,8 +520,8 @@ func (c *Comm) leftovers() error {
 	left := make([]int, c.size)
 	for _, l := range c.links {
 		if l != nil {
-			left[l.peer] += len(l.arrived)
-			if c.llLanded(l) {
+			left[l.peer] += l.arrived.len()
+			if c.fastLanded(l) {
 				left[l.peer]++
 			}
 		}

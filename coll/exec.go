@@ -103,14 +103,50 @@ func mismatch(ours, theirs uint32) string {
 
 // call is one collective or point-to-point call for the executor.
 type call struct {
-	seq    uint32 // call number mod 127, or p2pSeq
-	desc   uint32
-	steps  []execStep
-	buf    []byte            // the working buffer
-	lkeys  map[string]uint32 // its keys and addresses per device
-	addrs  map[string]uint64
-	reduce func(dst, src []byte) // for receives that reduce
-	ll     bool                  // the program fits the LL path (llOK)
+	seq   uint32 // call number mod 127, or p2pSeq
+	desc  uint32
+	steps []execStep
+	buf   []byte            // the working buffer
+	lkeys map[string]uint32 // its keys and addresses per device
+	addrs map[string]uint64
+	dt    reduce.DType // receives that reduce apply op on dt
+	op    reduce.Op
+	rerr  error // the first reduction error
+	mode  int   // the path: modeNormal, modeLL or modeFL
+}
+
+// The paths a call can take: the normal one (exec), LL (ll.go), flagged
+// (fl.go).
+const (
+	modeNormal = iota
+	modeLL
+	modeFL
+)
+
+// apply reduces src into dst, keeping the first error for the caller.
+func (cl *call) apply(dst, src []byte) {
+	if err := reduce.Reduce(dst, src, cl.dt, cl.op); err != nil && cl.rerr == nil {
+		cl.rerr = err
+	}
+}
+
+// pathFor is the path of a program, one every rank decides alike: LL if
+// every rank's program fits it (progs gives rank q's), else flagged if the
+// communicator's links take it, else normal.
+func (c *Comm) pathFor(progs func(q int) []execStep) int {
+	ll, fl := !c.noLL, !c.noFL
+	for q := 0; (ll || fl) && q < c.size; q++ {
+		p := progs(q)
+		ll = ll && llOK(p)
+		fl = fl && onePerLink(p)
+	}
+	switch {
+	case ll:
+		return modeLL
+	case fl:
+		return modeFL
+	}
+	return modeNormal
 }
 
 // linkRun is a link's state during one call.
@@ -118,8 +154,8 @@ type linkRun struct {
 	l        *link
 	lkey     uint32 // the working buffer's lkey and address on the link's device
 	addr     uint64
-	sendQ    []piece
-	recvQ    []piece
+	sendQ    fifo[piece]
+	recvQ    fifo[piece]
 	outstand int // sends posted, not completed
 	done     int // this step's sends completed
 	sge      [1]verbs.SGE
@@ -143,8 +179,8 @@ func (c *Comm) run(ctx context.Context, cl *call) error {
 		return c.broken
 	}
 	exec := c.exec
-	if cl.ll && !c.noLL {
-		exec = c.execLL
+	if cl.mode != modeNormal {
+		exec = c.execFast
 	}
 	if err := exec(ctx, cl); err != nil {
 		c.breakComm(err)
@@ -182,8 +218,8 @@ const (
 )
 
 // wrTag is the tag of a send work request ID: 0 data, 1 credit return,
-// 2 abort notice, 3 LL write.
-func wrTag(id uint64) uint64 { return id >> 40 & 3 }
+// 2 abort notice, 3 LL write (or flagged header or credit), 4 flagged data.
+func wrTag(id uint64) uint64 { return id >> 40 & 7 }
 
 // flushNotices gives the abort notices up to noticeWait to complete before
 // Close destroys the QPs that carry them.
@@ -218,7 +254,7 @@ func (c *Comm) drain(deadline time.Time, pending func() bool) {
 					case w.Imm&immAbort == immAbort:
 						c.peerAborted = l.peer
 					case w.Imm&immCredit == 0:
-						l.arrived = append(l.arrived, arrival{n: int(w.ByteLen)})
+						l.arrived.push(arrival{n: int(w.ByteLen)})
 					}
 				}
 			}
@@ -248,7 +284,9 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 		if r != nil {
 			r.lkey = cl.lkeys[r.l.dev.name]
 			r.addr = cl.addrs[r.l.dev.name]
-			r.sendQ, r.recvQ, r.outstand = r.sendQ[:0], r.recvQ[:0], 0
+			r.sendQ.reset()
+			r.recvQ.reset()
+			r.outstand = 0
 		}
 	}
 	cut := func(x xfer, emit func(off, n int)) {
@@ -263,6 +301,7 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 	idle := 0
 	for si, st := range cl.steps {
 		pendingSends, pendingRecvs := 0, 0
+		c.gateBuf = c.gateBuf[:0]
 		for _, r := range runs {
 			if r != nil {
 				r.done = 0
@@ -271,7 +310,7 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 		for _, x := range st.sends {
 			r := runs[x.peer]
 			cut(x, func(off, n int) {
-				r.sendQ = append(r.sendQ, piece{off: off, n: n})
+				r.sendQ.push(piece{off: off, n: n})
 				pendingSends++
 			})
 		}
@@ -280,9 +319,9 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 			cut(x, func(off, n int) {
 				p := piece{off: off, n: n, reduce: x.reduce}
 				if st.overlap {
-					p.gates = gates(runs, off, n)
+					p.gates = gates(runs, off, n, &c.gateBuf)
 				}
-				r.recvQ = append(r.recvQ, p)
+				r.recvQ.push(p)
 				pendingRecvs++
 			})
 		}
@@ -309,8 +348,8 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 				if r == nil {
 					continue
 				}
-				for len(r.sendQ) > 0 && r.l.credit > 0 {
-					p := r.sendQ[0]
+				for r.sendQ.len() > 0 && r.l.credit > 0 {
+					p := r.sendQ.front()
 					slot := r.l.sent % c.opt.Credits
 					wr := verbs.SendWR{ID: uint64(r.l.peer), Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled,
 						Imm:        cl.seq<<immSeqShift | cl.desc,
@@ -326,7 +365,7 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 						}
 						return fmt.Errorf("coll: rank %d: step %d: send to rank %d: %w", c.rank, si+1, r.l.peer, err)
 					}
-					r.sendQ = r.sendQ[1:]
+					r.sendQ.pop()
 					r.l.sent++
 					r.l.credit--
 					r.outstand++
@@ -431,14 +470,18 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 // gates lists, per link, how many of the step's send pieces (already cut,
 // in the links' sendQ) must complete before a receive into [off, off+n)
 // may be applied: up to the last one that reads those bytes.
-func gates(runs []*linkRun, off, n int) []gate {
-	var g []gate
+//
+// The lists are appended to buf (one array for the step, reset with it,
+// so a call allocates nothing once it grew); each is capped at its end.
+func gates(runs []*linkRun, off, n int, buf *[]gate) []gate {
+	start := len(*buf)
+	g := *buf
 	for q, r := range runs {
 		if r == nil {
 			continue
 		}
 		last := -1
-		for i, s := range r.sendQ {
+		for i, s := range r.sendQ.items() {
 			if s.off < off+n && off < s.off+s.n {
 				last = i
 			}
@@ -447,7 +490,8 @@ func gates(runs []*linkRun, off, n int) []gate {
 			g = append(g, gate{q: q, n: last + 1})
 		}
 	}
-	return g
+	*buf = g
+	return g[start:len(g):len(g)]
 }
 
 // arrival is a piece in a landing slot, not yet applied.
@@ -462,8 +506,8 @@ type arrival struct {
 func (c *Comm) match(runs []*linkRun, r *linkRun, cl *call, step int) (int, error) {
 	pieceMax := c.opt.Landing / c.opt.Credits
 	k := 0
-	for len(r.recvQ) > 0 && len(r.l.arrived) > 0 {
-		a, p := r.l.arrived[0], r.recvQ[0]
+	for r.recvQ.len() > 0 && r.l.arrived.len() > 0 {
+		a, p := r.l.arrived.front(), r.recvQ.front()
 		if a.seq != cl.seq {
 			what := fmt.Sprintf("call %d", cl.seq)
 			if cl.seq == p2pSeq {
@@ -486,10 +530,11 @@ func (c *Comm) match(runs []*linkRun, r *linkRun, cl *call, step int) (int, erro
 				return k, nil // our send of these bytes is still in flight
 			}
 		}
-		r.l.arrived, r.recvQ = r.l.arrived[1:], r.recvQ[1:]
+		r.l.arrived.pop()
+		r.recvQ.pop()
 		src := r.l.land.Bytes()[a.slot*pieceMax : a.slot*pieceMax+a.n]
 		if p.reduce {
-			cl.reduce(cl.buf[p.off:p.off+p.n], src)
+			cl.apply(cl.buf[p.off:p.off+p.n], src)
 		} else {
 			copy(cl.buf[p.off:p.off+p.n], src)
 		}
@@ -524,7 +569,7 @@ func (c *Comm) received(l *link, w verbs.WC, cl *call, step, steps int, ll bool)
 		}
 		return false, fmt.Errorf("coll: rank %d: %w: rank %d: %s", c.rank, ErrMismatch, l.peer, why)
 	}
-	l.arrived = append(l.arrived, a)
+	l.arrived.push(a)
 	l.recvd++
 	return true, nil
 }
@@ -611,11 +656,11 @@ func (c *Comm) stuck(ctx context.Context, step, steps int, runs []*linkRun) erro
 		if r == nil {
 			continue
 		}
-		if len(r.recvQ) > 0 {
-			from = append(from, fmt.Sprintf("%d (%d pieces)", q, len(r.recvQ)))
+		if r.recvQ.len() > 0 {
+			from = append(from, fmt.Sprintf("%d (%d pieces)", q, r.recvQ.len()))
 		}
-		if len(r.sendQ) > 0 || r.outstand > 0 {
-			to = append(to, fmt.Sprintf("%d (%d pieces)", q, len(r.sendQ)+r.outstand))
+		if r.sendQ.len() > 0 || r.outstand > 0 {
+			to = append(to, fmt.Sprintf("%d (%d pieces)", q, r.sendQ.len()+r.outstand))
 		}
 	}
 	sort.Strings(from)
@@ -627,4 +672,24 @@ func (c *Comm) stuck(ctx context.Context, step, steps int, runs []*linkRun) erro
 		msg += "; not delivered to rank " + strings.Join(to, ", ")
 	}
 	return fmt.Errorf("%s: %w", msg, ctx.Err())
+}
+
+// fifo is a queue that reuses its array: it rewinds when emptied, so a
+// queue that is drained every step never grows its array again.
+type fifo[T any] struct {
+	s    []T
+	head int
+}
+
+func (q *fifo[T]) push(v T)   { q.s = append(q.s, v) }
+func (q *fifo[T]) len() int   { return len(q.s) - q.head }
+func (q *fifo[T]) front() T   { return q.s[q.head] }
+func (q *fifo[T]) items() []T { return q.s[q.head:] }
+func (q *fifo[T]) reset()     { q.s, q.head = q.s[:0], 0 }
+
+func (q *fifo[T]) pop() {
+	q.head++
+	if q.head == len(q.s) {
+		q.reset()
+	}
 }

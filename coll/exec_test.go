@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibex-rdma/ibex/coll/reduce"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -36,21 +37,20 @@ func ringAllReduceSteps(rank, size, n int) []execStep {
 	return steps
 }
 
-func sumInt64(dst, src []byte) {
-	for i := 0; i+8 <= len(dst); i += 8 {
-		binary.LittleEndian.PutUint64(dst[i:], binary.LittleEndian.Uint64(dst[i:])+binary.LittleEndian.Uint64(src[i:]))
-	}
-}
-
-// TestExecutorRingAllReduce runs the ring on the executor over loop0 and
-// shm0 with counts that do not divide evenly and pieces smaller than a
+// TestExecutorRingAllReduce runs the ring on the normal executor over
+// loop0 and shm0, and on the flagged path over shm0, with counts that do not divide evenly and pieces smaller than a
 // slot (several credits' worth), several calls in a row.
 func TestExecutorRingAllReduce(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
-	for _, tr := range []string{"loop0", "shm0"} {
+	paths := []struct {
+		tr   string
+		mode int
+	}{{"loop0", modeNormal}, {"shm0", modeNormal}, {"shm0", modeFL}}
+	for _, p := range paths {
+		tr := p.tr
 		for _, size := range []int{1, 2, 3, 4} {
-			t.Run(fmt.Sprintf("%s/%d", tr, size), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%s/%d", tr, []string{"normal", "ll", "flagged"}[p.mode], size), func(t *testing.T) {
 				runRanks(t, size, Options{Transport: tr, Landing: 4 * 4096, Credits: 4}, func(c *Comm) error {
 					for k, n := range []int{0, 1, 7, 5000, 20011} {
 						d := c.devs[tr]
@@ -74,7 +74,7 @@ func TestExecutorRingAllReduce(t *testing.T) {
 						}
 						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 						err = c.run(ctx, &call{seq: uint32(k) % callSeqMod, steps: ringAllReduceSteps(c.rank, size, n), buf: buf,
-							lkeys: map[string]uint32{tr: mr.LKey()}, addrs: map[string]uint64{tr: mr.Addr()}, reduce: sumInt64})
+							lkeys: map[string]uint32{tr: mr.LKey()}, addrs: map[string]uint64{tr: mr.Addr()}, dt: reduce.Int64, op: reduce.Sum, mode: p.mode})
 						cancel()
 						if err != nil {
 							return fmt.Errorf("count %d: %w", n, err)

@@ -50,21 +50,18 @@ func llCapable(dev string) bool { return dev == "shm0" || dev == "udp0" }
 // link (so a step never needs more LL slots than there are).
 func llOK(prog []execStep) bool {
 	for _, st := range prog {
-		seenS, seenR := map[int]bool{}, map[int]bool{}
 		for _, x := range st.sends {
-			if x.n > llPayload || seenS[x.peer] {
+			if x.n > llPayload {
 				return false
 			}
-			seenS[x.peer] = true
 		}
 		for _, x := range st.recvs {
-			if x.n > llPayload || seenR[x.peer] {
+			if x.n > llPayload {
 				return false
 			}
-			seenR[x.peer] = true
 		}
 	}
-	return true
+	return onePerLink(prog)
 }
 
 func words(b []byte) []uint64 {
@@ -100,17 +97,45 @@ func (c *Comm) llTrySend(cl *call, x xfer) (bool, error) {
 		w[k] = uint64(binary.LittleEndian.Uint32(t[:])) | flag
 		k++
 	}
-	l.llSGE[0] = verbs.SGE{Addr: l.llStage.Addr() + uint64(slot*llSlot), Length: uint32(8 * k), LKey: l.llStage.LKey()}
-	l.llWR[0] = verbs.SendWR{ID: uint64(l.peer) | llTag, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: l.llSGE[:],
-		RemoteAddr: l.rAddr + uint64(c.opt.Landing+slot*llSlot), RKey: l.rKey}
+	posted, err := c.llPost(l, l.llStage.Addr()+uint64(slot*llSlot), 8*k, c.opt.Landing+slot*llSlot, false)
+	if err != nil {
+		return false, fmt.Errorf("coll: rank %d: LL send to rank %d: %w", c.rank, l.peer, err)
+	}
+	if posted {
+		l.llSent++
+	}
+	return posted, nil
+}
+
+// llSignalEvery: one LL write in this many per link asks for a completion
+// (the ones before it retire with it, in order): fewer completions to
+// make and poll, and the send queue still drains.
+const llSignalEvery = llSlots / 2
+
+// llPost RDMA-WRITEs n bytes at addr of the staging MR to off of the
+// peer's landing buffer (an LL piece or the credit word), signaled every
+// llSignalEvery writes or when signal says so; false when the send queue
+// is full (back-pressure: the caller retries).
+func (c *Comm) llPost(l *link, addr uint64, n, off int, signal bool) (bool, error) {
+	signal = signal || l.llUnsig == llSignalEvery-1
+	l.llSGE[0] = verbs.SGE{Addr: addr, Length: uint32(n), LKey: l.llStage.LKey()}
+	l.llWR[0] = verbs.SendWR{ID: uint64(l.peer) | llTag, Opcode: verbs.WRRDMAWrite, SGL: l.llSGE[:],
+		RemoteAddr: l.rAddr + uint64(off), RKey: l.rKey}
+	if signal {
+		l.llWR[0].Flags = verbs.SendSignaled
+	}
 	if err := l.qp.PostSend(l.llWR[:]); err != nil {
 		if errors.Is(err, verbs.ErrQueueFull) {
 			return false, nil
 		}
-		return false, fmt.Errorf("coll: rank %d: LL send to rank %d: %w", c.rank, l.peer, err)
+		return false, err
 	}
-	l.llSent++
-	c.llOut++
+	if signal {
+		l.llUnsig = 0
+		c.llOut++
+	} else {
+		l.llUnsig++
+	}
 	return true, nil
 }
 
@@ -128,14 +153,8 @@ func (c *Comm) llTryRecv(cl *call, step int, x xfer) (bool, error) {
 	if uint32(h1>>32) != flag {
 		return false, nil
 	}
-	seq, desc := uint32(h0)>>immSeqShift&immSeqMask, uint32(h0)&immDescMask
-	switch {
-	case seq != cl.seq:
-		return false, fmt.Errorf("coll: rank %d: %w: step %d, rank %d sent data of call %d, we are in call %d: the ranks made their calls in a different order", c.rank, ErrMismatch, step+1, l.peer, seq, cl.seq)
-	case desc != cl.desc:
-		return false, fmt.Errorf("coll: rank %d: %w: rank %d: %s", c.rank, ErrMismatch, l.peer, mismatch(cl.desc, desc))
-	case int(uint32(h1)) != x.n:
-		return false, fmt.Errorf("coll: rank %d: %w: step %d: rank %d sent a piece of %d bytes, expected %d (the count differs)", c.rank, ErrMismatch, step+1, l.peer, uint32(h1), x.n)
+	if err := c.checkPiece(cl, step, l, h0, int(uint32(h1)), x.n); err != nil {
+		return false, err
 	}
 	nw := (x.n + 3) / 4
 	dst := c.llScratch[:4*nw]
@@ -147,87 +166,150 @@ func (c *Comm) llTryRecv(cl *call, step int, x xfer) (bool, error) {
 		binary.LittleEndian.PutUint32(dst[4*i:], uint32(v))
 	}
 	if x.reduce {
-		cl.reduce(cl.buf[x.off:x.off+x.n], dst[:x.n])
+		cl.apply(cl.buf[x.off:x.off+x.n], dst[:x.n])
 	} else {
 		copy(cl.buf[x.off:x.off+x.n], dst[:x.n])
 	}
 	l.llRecvd++
-	l.llCreditDirty = true
-	return true, c.llCredit(l)
+	return true, c.llCredit(l, false)
 }
 
-// llCredit tells the peer how many of its LL pieces we consumed.
-func (c *Comm) llCredit(l *link) error {
-	if !l.llCreditDirty {
+// llCredit tells the peer how many of its LL pieces we consumed, once
+// half the slots are unreported (or now, with force): the peer's
+// sender can be stopped only with llSlots pieces unreported, all of which
+// we consume in order without waiting for it, so it always hears of them.
+// One credit write per llSlots/2 pieces, not one per piece.
+func (c *Comm) llCredit(l *link, force bool) error {
+	if l.llStage == nil || !force && l.llRecvd-l.llReported < llSlots/2 {
 		return nil
 	}
 	src := words(l.llStage.Bytes()[llSlots*llSlot:])
 	atomic.StoreUint64(&src[0], uint64(l.llRecvd))
-	l.llSGE[0] = verbs.SGE{Addr: l.llStage.Addr() + llSlots*llSlot, Length: 8, LKey: l.llStage.LKey()}
-	l.llWR[0] = verbs.SendWR{ID: uint64(l.peer) | llTag, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: l.llSGE[:],
-		RemoteAddr: l.rAddr + uint64(c.opt.Landing+llSlots*llSlot), RKey: l.rKey}
-	if err := l.qp.PostSend(l.llWR[:]); err != nil {
-		if errors.Is(err, verbs.ErrQueueFull) {
-			return nil // retried next round
-		}
+	posted, err := c.llPost(l, l.llStage.Addr()+llSlots*llSlot, 8, c.opt.Landing+llSlots*llSlot, force)
+	if err != nil {
 		return fmt.Errorf("coll: rank %d: LL credit to rank %d: %w", c.rank, l.peer, err)
 	}
-	l.llCreditDirty = false
-	c.llOut++
+	if posted {
+		l.llReported = l.llRecvd
+	}
 	return nil
 }
 
-// execLL runs a call on the LL path: steps in order; in each, sends are
-// encoded as slots free up and receives applied as they land (in a step
-// whose receives write what its sends read, only once every send is
-// encoded, which copies the data).
-func (c *Comm) execLL(ctx context.Context, cl *call) error {
+// llHeader peeks at the header word of the next LL piece from l's peer:
+// ok when one has landed that no call took yet.
+func (c *Comm) llHeader(l *link) (uint64, bool) {
+	slot := int(l.llRecvd % llSlots)
+	w := words(l.land.Bytes()[c.opt.Landing+slot*llSlot:])
+	h0 := atomic.LoadUint64(&w[0])
+	return h0, uint32(h0>>32) == l.llRecvd+1
+}
+
+// checkPiece checks a landed LL or flagged piece, whose header word 0 is
+// h0 and whose byte count is n, against the call's piece of want bytes.
+func (c *Comm) checkPiece(cl *call, step int, l *link, h0 uint64, n, want int) error {
+	seq, desc := uint32(h0)>>immSeqShift&immSeqMask, uint32(h0)&immDescMask
+	switch {
+	case seq != cl.seq:
+		return fmt.Errorf("coll: rank %d: %w: step %d, rank %d sent data of call %d, we are in call %d: the ranks made their calls in a different order", c.rank, ErrMismatch, step+1, l.peer, seq, cl.seq)
+	case desc != cl.desc:
+		return fmt.Errorf("coll: rank %d: %w: rank %d: %s", c.rank, ErrMismatch, l.peer, mismatch(cl.desc, desc))
+	case n != want:
+		return fmt.Errorf("coll: rank %d: %w: step %d: rank %d sent a piece of %d bytes, expected %d (the count differs)", c.rank, ErrMismatch, step+1, l.peer, n, want)
+	}
+	return nil
+}
+
+// fastLanded reports whether an LL or flagged piece from l's peer has
+// landed that no call took.
+func (c *Comm) fastLanded(l *link) bool {
+	if l.llStage == nil {
+		return false
+	}
+	_, ll := c.llHeader(l)
+	_, fl := c.flHeader(l)
+	return ll || fl
+}
+
+// execFast runs a call on the LL or the flagged path (fl.go): steps in
+// order; in each, sends go out piece by piece as the peers' slots free up
+// and receives are applied as their pieces land, each piece checked
+// against what this call expects. A receive in a step whose receives
+// write what its sends read waits for those sends: on the LL path until
+// every send is encoded (which copies the data), on the flagged path
+// until the send pieces over its bytes completed. A step ends when its
+// sends completed (the flagged path's data writes read the buffer until
+// then) and its receives were applied.
+func (c *Comm) execFast(ctx context.Context, cl *call) error {
 	if c.wc == nil {
 		c.wc = make([]verbs.WC, 64)
 	}
 	wc := c.wc
+	ll := cl.mode == modeLL
+	if !ll {
+		c.flBegin(cl)
+	}
 	idle := 0
 	for si, st := range cl.steps {
-		sdone := c.llDone[:0]
-		for range st.sends {
-			sdone = append(sdone, false)
+		sdone, rdone := c.sDone[:0], c.rDone[:0]
+		sendsLeft, recvsLeft := 0, 0
+		for _, x := range st.sends {
+			sdone = append(sdone, 0)
+			sendsLeft += c.pieces(cl, x)
 		}
-		rdone := c.llDone2[:0]
-		for range st.recvs {
-			rdone = append(rdone, false)
+		for _, x := range st.recvs {
+			rdone = append(rdone, 0)
+			recvsLeft += c.pieces(cl, x)
 		}
-		c.llDone, c.llDone2 = sdone, rdone
-		sendsLeft, recvsLeft := len(st.sends), len(st.recvs)
-		for sendsLeft > 0 || recvsLeft > 0 {
+		c.sDone, c.rDone = sdone, rdone
+		for _, l := range c.links {
+			if l != nil {
+				l.flDone = 0
+			}
+		}
+		for sendsLeft > 0 || recvsLeft > 0 || c.flOut > 0 {
 			if c.abortReq.Load() {
 				return fmt.Errorf("coll: rank %d: step %d of %d: %w by Abort", c.rank, si+1, len(cl.steps), ErrAborted)
 			}
 			progressed := false
 			for i, x := range st.sends {
-				if !sdone[i] {
-					ok, err := c.llTrySend(cl, x)
+				for sdone[i] < c.pieces(cl, x) {
+					var ok bool
+					var err error
+					if ll {
+						ok, err = c.llTrySend(cl, x)
+					} else {
+						ok, err = c.flTrySend(cl, x, sdone[i])
+					}
 					if err != nil {
 						return err
 					}
-					if ok {
-						sdone[i], sendsLeft, progressed = true, sendsLeft-1, true
+					if !ok {
+						break
 					}
+					sdone[i], sendsLeft, progressed = sdone[i]+1, sendsLeft-1, true
 				}
 			}
-			if !st.overlap || sendsLeft == 0 {
+			if !ll || !st.overlap || sendsLeft == 0 {
 				for j, x := range st.recvs {
-					if !rdone[j] {
-						ok, err := c.llTryRecv(cl, si, x)
+					for rdone[j] < c.pieces(cl, x) {
+						var ok bool
+						var err error
+						if ll {
+							ok, err = c.llTryRecv(cl, si, x)
+						} else {
+							ok, err = c.flTryRecv(cl, si, st, x, rdone[j])
+						}
 						if err != nil {
 							return err
 						}
-						if ok {
-							rdone[j], recvsLeft, progressed = true, recvsLeft-1, true
+						if !ok {
+							break
 						}
+						rdone[j], recvsLeft, progressed = rdone[j]+1, recvsLeft-1, true
 					}
 				}
 			}
-			// Completions: LL writes finishing, and what the normal path
+			// Completions: our writes finishing, and what the normal path
 			// or a failing peer sends.
 			for _, d := range c.devList {
 				n, err := d.cq.Poll(wc)
@@ -235,21 +317,29 @@ func (c *Comm) execLL(ctx context.Context, cl *call) error {
 					return fmt.Errorf("coll: rank %d: %w", c.rank, err)
 				}
 				for _, w := range wc[:n] {
-					if err := c.llCompletion(cl, si, len(cl.steps), w); err != nil {
+					if err := c.fastCompletion(cl, si, len(cl.steps), w); err != nil {
 						return err
 					}
 				}
+				progressed = progressed || n > 0
 			}
 			for _, l := range c.links {
-				if l != nil && l.llCreditDirty {
-					if err := c.llCredit(l); err != nil {
-						return err
-					}
+				if l == nil {
+					continue
+				}
+				if err := c.llCredit(l, false); err != nil {
+					return err
+				}
+				if err := c.flCredit(l); err != nil {
+					return err
 				}
 			}
 			if !progressed {
 				if err := ctx.Err(); err != nil {
-					return c.stuckLL(ctx, si, len(cl.steps), st, sdone, rdone)
+					return c.stuckFast(ctx, cl, si, st, sdone, rdone)
+				}
+				if err := c.otherPath(cl, si); err != nil {
+					return err
 				}
 				c.idle(&idle)
 			} else {
@@ -260,8 +350,16 @@ func (c *Comm) execLL(ctx context.Context, cl *call) error {
 	return nil
 }
 
-// llCompletion handles a completion during an LL call.
-func (c *Comm) llCompletion(cl *call, step, steps int, w verbs.WC) error {
+// pieces is how many pieces transfer x takes on the call's path.
+func (c *Comm) pieces(cl *call, x xfer) int {
+	if cl.mode == modeLL || x.n == 0 {
+		return 1
+	}
+	return (x.n + c.flChunk - 1) / c.flChunk
+}
+
+// fastCompletion handles a completion during an LL or flagged call.
+func (c *Comm) fastCompletion(cl *call, step, steps int, w verbs.WC) error {
 	var l *link
 	for _, k := range c.links {
 		if k != nil && k.qp.Num() == w.QPNum {
@@ -279,8 +377,14 @@ func (c *Comm) llCompletion(cl *call, step, steps int, w verbs.WC) error {
 		return fmt.Errorf("coll: rank %d: step %d of %d: link to rank %s failed: %v", c.rank, step+1, steps, who, w)
 	}
 	if l == nil || w.Opcode == verbs.WCRDMAWrite {
-		if wrTag(w.WRID) == 3 {
+		switch wrTag(w.WRID) {
+		case 3:
 			c.llOut--
+		case 4:
+			c.flOut--
+			if l != nil {
+				l.flDone++
+			}
 		}
 		return nil
 	}
@@ -299,21 +403,21 @@ func (c *Comm) llCompletion(cl *call, step, steps int, w verbs.WC) error {
 	return nil
 }
 
-// stuckLL is the deadline error of the LL path.
-func (c *Comm) stuckLL(ctx context.Context, step, steps int, st execStep, sdone, rdone []bool) error {
+// stuckFast is the deadline error of the LL and flagged paths.
+func (c *Comm) stuckFast(ctx context.Context, cl *call, step int, st execStep, sdone, rdone []int) error {
 	var from, to []string
 	for j, x := range st.recvs {
-		if !rdone[j] {
+		if rdone[j] < c.pieces(cl, x) {
 			from = append(from, fmt.Sprint(x.peer))
 		}
 	}
 	for i, x := range st.sends {
-		if !sdone[i] {
+		if sdone[i] < c.pieces(cl, x) {
 			to = append(to, fmt.Sprint(x.peer))
 		}
 	}
 	sort.Strings(from)
-	msg := fmt.Sprintf("coll: rank %d: %v at step %d of %d", c.rank, ctx.Err(), step+1, steps)
+	msg := fmt.Sprintf("coll: rank %d: %v at step %d of %d", c.rank, ctx.Err(), step+1, len(cl.steps))
 	if len(from) > 0 {
 		msg += "; not heard from rank " + strings.Join(from, ", ")
 	}
@@ -323,20 +427,44 @@ func (c *Comm) stuckLL(ctx context.Context, step, steps int, st execStep, sdone,
 	return fmt.Errorf("%s: %w", msg, ctx.Err())
 }
 
-// llLanded reports whether an LL piece from l's peer has landed that no
-// call took.
-func (c *Comm) llLanded(l *link) bool {
-	if l.llStage == nil {
-		return false
+// otherPath reports a mismatch when a peer sent this call's data on the
+// other fast path (the ranks' calls differ in size, so they chose
+// differently): LL pieces while we wait for flagged ones, or the reverse.
+func (c *Comm) otherPath(cl *call, step int) error {
+	if cl.seq == p2pSeq {
+		return nil
 	}
-	slot := int(l.llRecvd % llSlots)
-	w := words(l.land.Bytes()[c.opt.Landing+slot*llSlot:])
-	return uint32(atomic.LoadUint64(&w[0])>>32) == l.llRecvd+1
+	for _, l := range c.links {
+		if l == nil || l.llStage == nil {
+			continue
+		}
+		var h0 uint64
+		var ok bool
+		theirs, ours := "LL", "flagged"
+		if cl.mode == modeLL {
+			h0, ok = c.flHeader(l)
+			theirs, ours = ours, theirs
+		} else {
+			h0, ok = c.llHeader(l)
+		}
+		if ok && uint32(h0)>>immSeqShift&immSeqMask == cl.seq {
+			return fmt.Errorf("coll: rank %d: %w: step %d: rank %d sent this call's data on the %s path, we took the %s path (%s)",
+				c.rank, ErrMismatch, step+1, l.peer, theirs, ours, mismatch(cl.desc, uint32(h0)&immDescMask))
+		}
+	}
+	return nil
 }
 
-// flushLL waits, until deadline, for our LL writes to complete, so that
-// Close does not destroy a QP with a piece the peer is waiting for (a
-// call on the LL path returns once its writes are posted).
+// flushLL waits, until deadline, for our LL and flagged writes to
+// complete, so that Close does not destroy a QP with a piece or credit the
+// peer is waiting for (a call on these paths returns once its writes are
+// posted). Links whose last writes asked for no completion get a signaled
+// credit write (it repeats what the peer knows, or tells it more).
 func (c *Comm) flushLL(deadline time.Time) {
+	for _, l := range c.links {
+		if l != nil && l.llStage != nil && l.llUnsig > 0 {
+			_ = c.llCredit(l, true)
+		}
+	}
 	c.drain(deadline, func() bool { return c.llOut > 0 })
 }

@@ -300,20 +300,16 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 		prog = steps(s, c.rank, count, esize)
 		if c.programs == nil || len(c.programs) >= maxPrograms {
 			c.programs = map[progKey][]execStep{}
-			c.programLL = map[progKey]bool{}
+			c.programMode = map[progKey]int{}
 		}
 		c.programs[key] = prog
-		// Both ends of every transfer must take the same path: the LL
-		// path only if every rank's program fits it.
-		ll := !c.noLL
-		for q := 0; ll && q < N; q++ {
-			p := prog
-			if q != c.rank {
-				p = steps(s, q, count, esize)
+		// Both ends of every transfer must take the same path.
+		c.programMode[key] = c.pathFor(func(q int) []execStep {
+			if q == c.rank {
+				return prog
 			}
-			ll = llOK(p)
-		}
-		c.programLL[key] = ll
+			return steps(s, q, count, esize)
+		})
 	}
 	// Large all-reduce, all-gather and broadcast run on the caller's
 	// recvbuf itself (registered once, cached), not the working buffer:
@@ -346,19 +342,14 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 		return c.broken
 	}
 	c.calls++
-	var rerr error
-	red := func(dst, src []byte) {
-		if err := reduce.Reduce(dst, src, dt, op); err != nil && rerr == nil {
-			rerr = err
-		}
-	}
-	cl := &call{seq: c.calls % callSeqMod, desc: descriptor(kind, a, count, descDT, descOp, root), steps: prog,
-		buf: buf, lkeys: w.lkeys, addrs: w.addrs, reduce: red, ll: c.programLL[key]}
+	cl := &c.cur
+	*cl = call{seq: c.calls % callSeqMod, desc: descriptor(kind, a, count, descDT, descOp, root), steps: prog,
+		buf: buf, lkeys: w.lkeys, addrs: w.addrs, dt: dt, op: op, mode: c.programMode[key]}
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: %v of %d %v (%v): %w", kind, count, dt, a, err)
 	}
-	if rerr != nil {
-		return rerr
+	if cl.rerr != nil {
+		return cl.rerr
 	}
 	switch kind {
 	case algo.ReduceScatter:
@@ -429,12 +420,25 @@ func (c *Comm) SendRecv(ctx context.Context, sendbuf []byte, to int, recvbuf []b
 	copy(w.buf[:n], sendbuf[:n])
 	st := execStep{sends: []xfer{{peer: to, n: n}}, recvs: []xfer{{peer: from, off: n, n: n}}}
 	cl := &call{seq: p2pSeq, desc: descriptor(p2pKind, 0, count, dt, 0, 0), steps: []execStep{st}, buf: w.buf[:2*n], lkeys: w.lkeys, addrs: w.addrs}
-	cl.ll = llOK(cl.steps)
+	cl.mode = c.p2pPath(cl.steps)
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: sendrecv of %d %v to rank %d, from rank %d: %w", count, dt, to, from, err)
 	}
 	copy(recvbuf[:n], w.buf[n:2*n])
 	return nil
+}
+
+// p2pPath is the path of a point-to-point program: LL when it fits (the
+// peer's program sends or receives the same bytes), else flagged when the
+// communicator takes it.
+func (c *Comm) p2pPath(prog []execStep) int {
+	switch {
+	case !c.noLL && llOK(prog):
+		return modeLL
+	case !c.noFL:
+		return modeFL
+	}
+	return modeNormal
 }
 
 func (c *Comm) p2p(ctx context.Context, buf []byte, count int, dt reduce.DType, peer int, send bool) error {
@@ -463,7 +467,7 @@ func (c *Comm) p2p(ctx context.Context, buf []byte, count int, dt reduce.DType, 
 	// Point-to-point calls do not advance the collective call number: two
 	// ranks exchanging messages need not have made the same collectives.
 	cl := &call{seq: p2pSeq, desc: descriptor(p2pKind, 0, count, dt, 0, 0), steps: []execStep{st}, buf: w.buf[:n], lkeys: w.lkeys, addrs: w.addrs}
-	cl.ll = llOK(cl.steps)
+	cl.mode = c.p2pPath(cl.steps)
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: %s of %d %v with rank %d: %w", op, count, dt, peer, err)
 	}
