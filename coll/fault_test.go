@@ -18,8 +18,20 @@ import (
 // deadline, a hang or a success with wrong data. A mismatch no receive can
 // see (two ranks that both think they are the root) is reported by the
 // next call or by Close.
+//
+// Each case runs on loop0 (the normal path), and on shm0 with calls of
+// 4000 bytes (the LL path) and of 200 KB (the flagged path); "path" has
+// one rank's call on each of the two.
 func TestMismatch(t *testing.T) {
-	const n = 1000
+	for _, run := range []struct {
+		tr string
+		n  int
+	}{{"loop0", 1000}, {"shm0", 1000}, {"shm0", 50000}} {
+		testMismatch(t, run.tr, run.n)
+	}
+}
+
+func testMismatch(t *testing.T, tr string, n int) {
 	type callFn func(ctx context.Context, c *Comm, buf []byte) error
 	allReduce := func(count int, dt reduce.DType, op reduce.Op) callFn {
 		return func(ctx context.Context, c *Comm, buf []byte) error {
@@ -39,7 +51,7 @@ func TestMismatch(t *testing.T) {
 		name  string
 		size  int
 		calls func(rank int) []callFn
-		want  string // in the error of some rank
+		want  string // in the error of some rank (one of |-separated texts)
 	}{
 		{"collective", 2, func(r int) []callFn {
 			if r == 0 {
@@ -56,22 +68,23 @@ func TestMismatch(t *testing.T) {
 		}, "float max"},
 		{"algorithm", 2, func(r int) []callFn { return []callFn{withAlgo([]algo.Algorithm{algo.Ring, algo.RecDoubling}[r], sum)} }, "(rd)"},
 		{"root", 3, func(r int) []callFn { return []callFn{bcast(r % 2)} }, ""},
-		{"both roots", 2, func(r int) []callFn { return []callFn{bcast(r)} }, "data no call received"},
+		{"both roots", 2, func(r int) []callFn { return []callFn{bcast(r)} }, "data no call received|expects no more from it"},
 		{"order", 2, func(r int) []callFn {
 			if r == 0 {
 				return []callFn{sum, bcast(0)}
 			}
 			return []callFn{bcast(0), sum}
 		}, ""},
+		{"path", 2, func(r int) []callFn { return []callFn{allReduce([]int{1000, 50000}[r], reduce.Float32, reduce.Sum)} }, ""},
 	} {
-		for _, tr := range []string{"loop0", "shm0"} { // shm0: small calls take the LL path
-			t.Run(tc.name+"/"+tr, func(t *testing.T) {
+		{
+			t.Run(fmt.Sprintf("%s/%s/%d", tc.name, tr, n), func(t *testing.T) {
 				var mu sync.Mutex
 				var msgs []string
 				runRanksRaw(t, tc.size, Options{Transport: tr, Landing: 8 * 4096, Credits: 8}, func(c *Comm) error {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
-					buf := make([]byte, 8*n)
+					buf := make([]byte, 4*50001)
 					var err error
 					for _, f := range tc.calls(c.Rank()) {
 						if err = f(ctx, c, buf); err != nil {
@@ -96,7 +109,11 @@ func TestMismatch(t *testing.T) {
 					return nil
 				})
 				all := strings.Join(msgs, "\n")
-				if !strings.Contains(all, "mismatched calls") || !strings.Contains(all, tc.want) {
+				found := false
+				for _, w := range strings.Split(tc.want, "|") {
+					found = found || strings.Contains(all, w)
+				}
+				if !strings.Contains(all, "mismatched calls") || !found {
 					t.Fatalf("no rank reported the mismatch (%q):\n%s", tc.want, all)
 				}
 				t.Logf("\n%s", all)

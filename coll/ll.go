@@ -338,8 +338,10 @@ func (c *Comm) execFast(ctx context.Context, cl *call) error {
 				if err := ctx.Err(); err != nil {
 					return c.stuckFast(ctx, cl, si, st, sdone, rdone)
 				}
-				if err := c.otherPath(cl, si); err != nil {
-					return err
+				if idle%64 == 0 {
+					if err := c.stray(cl, si, rdone); err != nil {
+						return err
+					}
 				}
 				c.idle(&idle)
 			} else {
@@ -427,10 +429,12 @@ func (c *Comm) stuckFast(ctx context.Context, cl *call, step int, st execStep, s
 	return fmt.Errorf("%s: %w", msg, ctx.Err())
 }
 
-// otherPath reports a mismatch when a peer sent this call's data on the
-// other fast path (the ranks' calls differ in size, so they chose
-// differently): LL pieces while we wait for flagged ones, or the reverse.
-func (c *Comm) otherPath(cl *call, step int) error {
+// stray reports a mismatch when a peer's piece of this call has landed
+// that the call will not take: one on the other fast path (the ranks'
+// calls differ in size, so they chose differently), or one from a rank
+// this call expects nothing more from (two ranks that both think they are
+// a broadcast's root, each waiting for slots the other never frees).
+func (c *Comm) stray(cl *call, step int, rdone []int) error {
 	if cl.seq == p2pSeq {
 		return nil
 	}
@@ -438,21 +442,46 @@ func (c *Comm) otherPath(cl *call, step int) error {
 		if l == nil || l.llStage == nil {
 			continue
 		}
-		var h0 uint64
-		var ok bool
-		theirs, ours := "LL", "flagged"
-		if cl.mode == modeLL {
-			h0, ok = c.flHeader(l)
-			theirs, ours = ours, theirs
-		} else {
-			h0, ok = c.llHeader(l)
+		ll, llOK := c.llHeader(l)
+		fl, flOK := c.flHeader(l)
+		theirs, ours, h0 := "flagged", "LL", fl
+		ok := flOK && cl.mode == modeLL
+		if !ok && llOK && cl.mode == modeFL {
+			theirs, ours, h0, ok = ours, theirs, ll, true
 		}
 		if ok && uint32(h0)>>immSeqShift&immSeqMask == cl.seq {
 			return fmt.Errorf("coll: rank %d: %w: step %d: rank %d sent this call's data on the %s path, we took the %s path (%s)",
 				c.rank, ErrMismatch, step+1, l.peer, theirs, ours, mismatch(cl.desc, uint32(h0)&immDescMask))
 		}
+		if cl.mode == modeLL {
+			h0, ok = ll, llOK
+		} else {
+			h0, ok = fl, flOK
+		}
+		if ok && uint32(h0)>>immSeqShift&immSeqMask == cl.seq && !c.expects(cl, step, rdone, l.peer) {
+			return fmt.Errorf("coll: rank %d: %w: step %d of %d: rank %d sent data of this call, which expects no more from it (%s)",
+				c.rank, ErrMismatch, step+1, len(cl.steps), l.peer, mismatch(cl.desc, uint32(h0)&immDescMask))
+		}
 	}
 	return nil
+}
+
+// expects reports whether the call, from step on, still has a piece to
+// receive from rank q.
+func (c *Comm) expects(cl *call, step int, rdone []int, q int) bool {
+	for j, x := range cl.steps[step].recvs {
+		if x.peer == q && rdone[j] < c.pieces(cl, x) {
+			return true
+		}
+	}
+	for _, st := range cl.steps[step+1:] {
+		for _, x := range st.recvs {
+			if x.peer == q {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // flushLL waits, until deadline, for our LL and flagged writes to
