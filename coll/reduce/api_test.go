@@ -89,22 +89,24 @@ func TestNames(t *testing.T) {
 	}
 }
 
-// TestAllocs: no path allocates, the misaligned one included (its bounce
-// buffers live on the stack).
+// TestAllocs: no path allocates, at any level, the misaligned one
+// included (its bounce buffers live on the stack).
 func TestAllocs(t *testing.T) {
 	raw := make([]byte, 3*4096+8)
-	for _, dt := range allDTypes {
-		for _, off := range []int{0, 1} {
-			d, a, b := raw[off:off+4096], raw[4096+off:2*4096+off], raw[2*4096:3*4096]
-			for _, op := range allOps {
-				if n := testing.AllocsPerRun(20, func() {
-					_ = Reduce(d, a, dt, op)
-					_ = Reduce3(d, a, b, dt, op)
-					_ = Finish(d, dt, op, 3)
-				}); n != 0 {
-					t.Errorf("%v %v offset %d: %v allocations per run", dt, op, off, n)
+	eachLevel(t, allLevels, func(t *testing.T, _ level) {
+		for _, dt := range allDTypes {
+			for _, off := range []int{0, 1} {
+				d, a, b := raw[off:off+4096], raw[4096+off:2*4096+off], raw[2*4096:3*4096]
+				for _, op := range allOps {
+					if n := testing.AllocsPerRun(20, func() {
+						_ = Reduce(d, a, dt, op)
+						_ = Reduce3(d, a, b, dt, op)
+						_ = Finish(d, dt, op, 3)
+					}); n != 0 {
+						t.Errorf("%v %v offset %d: %v allocations per run", dt, op, off, n)
+					}
 				}
 			}
 		}
-	}
+	})
 }

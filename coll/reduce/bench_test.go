@@ -107,8 +107,8 @@ func BenchmarkFinishAvg(b *testing.B) {
 	}
 }
 
-// BenchmarkKernel compares the scalar and the vector kernels (impl=scalar,
-// impl=avx2) on the main cases, aligned, dst = dst op src:
+// BenchmarkKernel compares the kernels of each level (impl=scalar,
+// impl=avx2, impl=avx512) on the main cases, aligned, dst = dst op src:
 //
 //	go test -run XXX -bench Kernel -count 6 ./coll/reduce > k.txt
 //	benchstat -col /impl k.txt
@@ -116,20 +116,12 @@ func BenchmarkKernel(b *testing.B) {
 	cases := []struct {
 		dt DType
 		op Op
-	}{{Float32, Sum}, {Float16, Sum}, {BFloat16, Sum}, {Int32, Sum}, {Float32, Max}}
+	}{{Float32, Sum}, {Float16, Sum}, {BFloat16, Sum}, {Int32, Sum}, {Float32, Max}, {Int64, Max}}
 	for _, c := range cases {
 		for _, sz := range benchSizes {
-			for _, vec := range []bool{false, true} {
-				impl := "scalar"
-				if vec {
-					impl = "avx2"
-				}
-				b.Run(c.dt.String()+"/"+c.op.String()+"/"+sz.name+"/impl="+impl, func(b *testing.B) {
-					if vec && !useAVX2 {
-						b.Skip("no vector kernels")
-					}
-					defer func(old bool) { useAVX2 = old }(useAVX2)
-					useAVX2 = vec
+			for _, l := range allLevels {
+				b.Run(c.dt.String()+"/"+c.op.String()+"/"+sz.name+"/impl="+l.String(), func(b *testing.B) {
+					setLevel(b, l)
 					if benchArena[0] == nil {
 						benchArena = [2][]byte{make([]byte, 64<<20), make([]byte, 64<<20)}
 					}
@@ -147,24 +139,16 @@ func BenchmarkKernel(b *testing.B) {
 	}
 }
 
-// BenchmarkWidenNarrow: float16 <-> float32 at 1 MiB of float16, scalar
-// and F16C. MB/s counts the float16 bytes.
+// BenchmarkWidenNarrow: float16 <-> float32 at 1 MiB of float16, at each
+// level. MB/s counts the float16 bytes.
 func BenchmarkWidenNarrow(b *testing.B) {
 	const n = 1 << 20
 	h := benchBuf(Float16, n, 1)
 	f := make([]byte, 2*n)
-	for _, vec := range []bool{false, true} {
-		impl := "scalar"
-		if vec {
-			impl = "avx2"
-		}
+	for _, l := range allLevels {
 		for _, dir := range []string{"widen", "narrow"} {
-			b.Run("half/"+dir+"/1MiB/impl="+impl, func(b *testing.B) {
-				if vec && !useAVX2 {
-					b.Skip("no vector kernels")
-				}
-				defer func(old bool) { useAVX2 = old }(useAVX2)
-				useAVX2 = vec
+			b.Run("half/"+dir+"/1MiB/impl="+l.String(), func(b *testing.B) {
+				setLevel(b, l)
 				b.SetBytes(n)
 				b.ReportAllocs()
 				for b.Loop() {

@@ -6,19 +6,32 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// useAVX2 selects the AVX2 kernels of vector_amd64.s, decided once at
-// init (F16C comes with every AVX2 CPU, but is checked: the float16
-// kernels need it). Tests clear it to run the scalar kernels alone.
+// The vector kernels come in two levels, decided once at init:
 //
-// There are no AVX-512 kernels: a 512-bit float32 Sum measured 7% faster
-// than the AVX2 one at 1 MiB and no faster at 64 MiB (2-vCPU Zen VM), as
-// the loops are bound by memory, not worth a second set of kernels.
-var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C
+//   - useAVX2: the AVX2 kernels of vector_amd64.s (F16C comes with every
+//     AVX2 CPU, but is checked: the float16 kernels need it);
+//   - useAVX512: the AVX-512 kernels of vector512_amd64.s, which need
+//     AVX512F, BW (byte and word lanes), DQ (VPMULLQ) and the AVX2 level,
+//     as a remaining 32-byte block runs with AVX2. VL is required too,
+//     though the kernels use only 512-bit forms: every CPU with BW and DQ
+//     has it, and with it the rule is x86-64-v4's (but CD, unused).
+//
+// The AVX-512 level runs the 64-byte blocks, AVX2 a last 32-byte one, the
+// scalar kernels the tail. In cache (1 MiB) it is 6-8% faster than AVX2
+// on the one-instruction sums and 1.5-1.9x on the kernels with more work
+// per byte (float16 and bfloat16 Sum, Max by keys, 64-bit Max, which AVX2
+// does by keys); at 64 MiB memory bounds both (ARCHITECTURE.md has the
+// figures). Tests lower the level to run and compare each set of kernels.
+var (
+	useAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasF16C
+	useAVX512 = useAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
+		cpu.X86.HasAVX512VL && cpu.X86.HasAVX512DQ
+)
 
-// vecBlock is what the assembly kernels process at a time, in bytes.
+// vecBlock is what the AVX2 kernels process at a time, in bytes.
 const vecBlock = 32
 
-// The assembly kernels run d = a op b over n bytes, n a multiple of
+// The AVX2 kernels run d = a op b over n bytes, n a multiple of
 // vecBlock; the buffers need only element alignment.
 
 //go:noescape
@@ -99,17 +112,33 @@ func widenF16AVX2(dst, src *byte, n int)
 //go:noescape
 func narrowF16AVX2(dst, src *byte, n int)
 
-// vector runs the leading whole vecBlocks of d = a op b (op is not Avg)
-// with an assembly kernel and returns how many bytes it did: 0 when the
+// vector runs the leading whole blocks of d = a op b (op is not Avg) with
+// the assembly kernels and returns how many bytes they did: 0 when the
 // CPU lacks AVX2, the buffer is shorter than a block, or the pair has no
-// vector kernel (8-bit and 64-bit Prod). The caller does the rest. The
-// calls are direct: through a func value the pointers would escape, and
-// with them the bounce buffers on the caller's stack.
+// vector kernel (8-bit Prod; 64-bit Prod without AVX-512). The caller does
+// the rest. With AVX-512 the 64-byte blocks go to its kernel, and what
+// remains, at most one 32-byte block, to the AVX2 one; a pair AVX-512 has
+// no kernel for falls through to AVX2 whole. The calls are direct: through
+// a func value the pointers would escape, and with them the bounce buffers
+// on the caller's stack.
 func vector(d, a, b []byte, dt DType, op Op) int {
-	n := len(d) &^ (vecBlock - 1)
-	if !useAVX2 || n == 0 {
-		return 0
+	done := 0
+	if n := len(d) &^ (vecBlock512 - 1); useAVX512 && n > 0 && vector512(d[:n], a[:n], b[:n], dt, op) {
+		done = n
 	}
+	if n := (len(d) - done) &^ (vecBlock - 1); useAVX2 && n > 0 {
+		m := done + n
+		if vector256(d[done:m], a[done:m], b[done:m], dt, op) {
+			done = m
+		}
+	}
+	return done
+}
+
+// vector256 runs d = a op b with an AVX2 kernel over all of d (whole
+// vecBlocks), or reports false when the pair has none (8- and 64-bit Prod).
+func vector256(d, a, b []byte, dt DType, op Op) bool {
+	n := len(d)
 	pd, pa, pb := unsafe.SliceData(d), unsafe.SliceData(a[:n]), unsafe.SliceData(b[:n])
 	switch dt {
 	case Int8, Uint8:
@@ -125,7 +154,7 @@ func vector(d, a, b []byte, dt DType, op Op) int {
 		case op == Min:
 			minU8AVX2(pd, pa, pb, n)
 		default:
-			return 0
+			return false
 		}
 	case Int32, Uint32:
 		switch {
@@ -154,7 +183,7 @@ func vector(d, a, b []byte, dt DType, op Op) int {
 		case dt == Float64:
 			mulF64AVX2(pd, pa, pb, n)
 		default:
-			return 0
+			return false
 		}
 	case Float32:
 		switch op {
@@ -181,9 +210,9 @@ func vector(d, a, b []byte, dt DType, op Op) int {
 			mulBF16AVX2(pd, pa, pb, n)
 		}
 	default:
-		return 0
+		return false
 	}
-	return n
+	return true
 }
 
 // kselConsts gives the key-select kernels' constants, each w-bit lane
@@ -245,22 +274,31 @@ func splat(x uint64, w int) uint64 {
 }
 
 // widenF16Vec widens the leading multiple of 8 of n float16 elements
-// with F16C and returns how many it did.
+// with F16C (16 at a time with AVX-512, then 8 with AVX2) and returns how
+// many it did.
 func widenF16Vec(dst, src []byte, n int) int {
-	n &^= 7
-	if !useAVX2 || n == 0 {
-		return 0
+	done := 0
+	if m := n &^ 15; useAVX512 && m > 0 {
+		widenF16AVX512(unsafe.SliceData(dst[:4*m]), unsafe.SliceData(src[:2*m]), m)
+		done = m
 	}
-	widenF16AVX2(unsafe.SliceData(dst[:4*n]), unsafe.SliceData(src[:2*n]), n)
-	return n
+	if m := (n - done) &^ 7; useAVX2 && m > 0 {
+		widenF16AVX2(unsafe.SliceData(dst[4*done:4*(done+m)]), unsafe.SliceData(src[2*done:2*(done+m)]), m)
+		done += m
+	}
+	return done
 }
 
 // narrowF16Vec is widenF16Vec for Narrow with div = 1.
 func narrowF16Vec(dst, src []byte, n int) int {
-	n &^= 7
-	if !useAVX2 || n == 0 {
-		return 0
+	done := 0
+	if m := n &^ 15; useAVX512 && m > 0 {
+		narrowF16AVX512(unsafe.SliceData(dst[:2*m]), unsafe.SliceData(src[:4*m]), m)
+		done = m
 	}
-	narrowF16AVX2(unsafe.SliceData(dst[:2*n]), unsafe.SliceData(src[:4*n]), n)
-	return n
+	if m := (n - done) &^ 7; useAVX2 && m > 0 {
+		narrowF16AVX2(unsafe.SliceData(dst[2*done:2*(done+m)]), unsafe.SliceData(src[4*done:4*(done+m)]), m)
+		done += m
+	}
+	return done
 }

@@ -2,8 +2,34 @@ package reduce
 
 import (
 	"math"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/cpu"
 )
+
+// missingFeatures names the CPU features level l needs that this CPU (or
+// its OS, which must save the wider registers) lacks.
+func missingFeatures(l level) string {
+	var miss []string
+	for _, f := range []struct {
+		name string
+		has  bool
+		l    level
+	}{
+		{"AVX2", cpu.X86.HasAVX2, levelAVX2},
+		{"F16C", cpu.X86.HasF16C, levelAVX2},
+		{"AVX512F", cpu.X86.HasAVX512F, levelAVX512},
+		{"AVX512BW", cpu.X86.HasAVX512BW, levelAVX512},
+		{"AVX512VL", cpu.X86.HasAVX512VL, levelAVX512},
+		{"AVX512DQ", cpu.X86.HasAVX512DQ, levelAVX512},
+	} {
+		if f.l <= l && !f.has {
+			miss = append(miss, f.name)
+		}
+	}
+	return "CPU lacks " + strings.Join(miss, ", ")
+}
 
 // TestKselConsts pins the key-select constants for one lane width against
 // minmax.go's rotations.
