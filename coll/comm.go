@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ibex-rdma/ibex/coll/algo"
+	"github.com/ibex-rdma/ibex/internal/units"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -24,14 +25,22 @@ type Options struct {
 	// Transport forces one device for every peer ("shm0", "udp0",
 	// "loop0"); IBEX_TRANSPORT overrides the default too.
 	Transport string
-	// Landing is the bytes of landing buffer per peer: Credits slots of
-	// Landing/Credits bytes each. Default: 8 credits of 1 MiB (measured
-	// best for 2 ranks on shm0 among 256 KiB to 2 MiB pieces and 2 to 16
-	// credits: BenchmarkAllReduce at 32 MiB took 8.3 ms against 13-14 ms
-	// with 512 KiB pieces); with more than 16 peers, 8 of 256 KiB, so a
-	// rank's staging stays bounded.
+	// Landing is the bytes of the normal path's landing buffer per peer:
+	// Credits slots of Landing/Credits bytes each. Default: on a
+	// communicator whose links all take the flagged path (shm0 and udp0 on
+	// amd64), Credits × Chunk, as that path carries every call but a few
+	// programs with two transfers on one link in a step (rd all-gather and
+	// tree broadcast/reduce on some rank counts); elsewhere 8 credits of 1
+	// MiB (measured best for 2 ranks on loop0-era shm0 among 256 KiB to 2
+	// MiB pieces and 2 to 16 credits), or of 256 KiB with more than 16
+	// peers, so a rank's staging stays bounded.
 	Landing int
 	Credits int
+	// Chunk is the flagged path's piece (fl.go): Credits slots of Chunk
+	// bytes per peer. Default 256 KiB (128 KiB to 1 MiB measured alike
+	// for 2 ranks on shm0 from 128 KiB to 128 MiB, within this VM's
+	// noise); IBEX_CHUNK (bytes, with K, M or G) overrides it.
+	Chunk int
 	// Model is the cost model algorithms are chosen by; nil: the file
 	// named by IBEX_COLL_MODEL, else DefaultModel. Only rank 0's counts:
 	// it is handed to every rank at NewComm, so all choose alike.
@@ -44,18 +53,36 @@ const (
 	defaultCredits      = 8
 )
 
-func (o Options) withDefaults(size int) (Options, error) {
-	if o.Transport == "" {
-		o.Transport = os.Getenv("IBEX_TRANSPORT")
-	}
-	if o.Landing == 0 {
-		o.Landing = defaultLanding
-		if size > 17 {
-			o.Landing = defaultLandingLarge
-		}
-	}
+const defaultChunk = 256 << 10
+
+// withDefaults fills in the defaults; fast says whether every link of the
+// communicator takes the flagged path.
+func (o Options) withDefaults(size int, fast bool) (Options, error) {
 	if o.Credits == 0 {
 		o.Credits = defaultCredits
+	}
+	if e := os.Getenv("IBEX_CHUNK"); e != "" {
+		n, err := units.ParseBytes(e)
+		if err != nil {
+			return o, fmt.Errorf("coll: IBEX_CHUNK=%q: %w", e, err)
+		}
+		o.Chunk = int(n)
+	}
+	if o.Chunk == 0 {
+		o.Chunk = defaultChunk
+	}
+	if o.Chunk < 4096 || o.Chunk > 64<<20 {
+		return o, fmt.Errorf("coll: options: chunk of %d bytes: want 4 KiB to 64 MiB", o.Chunk)
+	}
+	if o.Landing == 0 {
+		switch {
+		case fast && o.Credits <= 256:
+			o.Landing = o.Credits * o.Chunk
+		case size > 17:
+			o.Landing = defaultLandingLarge
+		default:
+			o.Landing = defaultLanding
+		}
 	}
 	if o.Credits < 1 || o.Credits > 256 || o.Landing < o.Credits*4096 || o.Landing%o.Credits != 0 {
 		return o, fmt.Errorf("coll: options: %d credits over %d landing bytes: want 1..256 credits of at least 4 KiB, dividing the landing buffer", o.Credits, o.Landing)
@@ -279,9 +306,13 @@ func NewComm(ctx context.Context, id UniqueID, rank, size int, opt Options) (*Co
 
 // newComm is NewComm where rank 0 may bring its rendezvous listener.
 func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l net.Listener) (_ *Comm, err error) {
-	opt, err = opt.withDefaults(size)
-	if err != nil {
+	// Bad options fail here, before the rendezvous (the landing default
+	// waits for the transports, below).
+	if _, err := opt.withDefaults(size, false); err != nil {
 		return nil, err
+	}
+	if opt.Transport == "" {
+		opt.Transport = os.Getenv("IBEX_TRANSPORT")
 	}
 	var envAlgo algo.Algorithm
 	if e := os.Getenv("IBEX_ALGO"); e != "" {
@@ -340,6 +371,10 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 			}
 		}
 	}
+	if c.opt, err = opt.withDefaults(size, !c.noFL); err != nil {
+		return nil, err
+	}
+	opt = c.opt
 	c.flLayout()
 	// The primary device holds the working buffers: the forced transport,
 	// else shared memory.

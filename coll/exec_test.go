@@ -51,7 +51,7 @@ func TestExecutorRingAllReduce(t *testing.T) {
 		tr := p.tr
 		for _, size := range []int{1, 2, 3, 4} {
 			t.Run(fmt.Sprintf("%s/%s/%d", tr, []string{"normal", "ll", "flagged"}[p.mode], size), func(t *testing.T) {
-				runRanks(t, size, Options{Transport: tr, Landing: 4 * 4096, Credits: 4}, func(c *Comm) error {
+				runRanks(t, size, Options{Transport: tr, Landing: 4 * 4096, Credits: 4, Chunk: 4096}, func(c *Comm) error {
 					for k, n := range []int{0, 1, 7, 5000, 20011} {
 						d := c.devs[tr]
 						mr, err := d.pd.AllocMR(max(8*n, 8), verbs.AccessLocalWrite)

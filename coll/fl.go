@@ -57,12 +57,11 @@ func onePerLink(prog []execStep) bool {
 	return true
 }
 
-// flLayout sets the flagged area's geometry: one slot per credit, each
-// of a normal slot's size (Landing/Credits), so the flagged area is the
-// size of the normal one.
+// flLayout sets the flagged area's geometry: one slot of Chunk bytes per
+// credit.
 func (c *Comm) flLayout() {
 	c.flSlots = c.opt.Credits
-	c.flChunk = c.opt.Landing / c.opt.Credits
+	c.flChunk = c.opt.Chunk
 	c.flBase = c.opt.Landing + llArea
 	c.flHdr = c.flBase + c.flSlots*c.flChunk
 	c.flCred = c.flHdr + 16*c.flSlots

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -15,9 +16,9 @@ var llSeed = flag.Uint64("coll.seed", 0, "replay TestLLMixed with this seed")
 
 // TestLLMixed: 3 ranks on shm0 make 300 random calls (all-reduce,
 // broadcast from a random root, all-gather, reduce-scatter, send/recv
-// ring) whose sizes straddle the LL limit, so LL and normal calls
-// interleave and LL slots wrap many times; every result is checked
-// exactly. The seed is printed; -coll.seed replays it.
+// ring) whose sizes straddle the LL limit, so LL and flagged calls (in
+// pieces of 4 KiB) interleave and both paths' slots wrap many times; every
+// result is checked exactly. The seed is printed; -coll.seed replays it.
 func TestLLMixed(t *testing.T) {
 	seed := *llSeed
 	if seed == 0 {
@@ -25,9 +26,9 @@ func TestLLMixed(t *testing.T) {
 	}
 	t.Logf("seed %d (replay with -coll.seed=%d)", seed, seed)
 	dt := reduce.Int32
-	runRanks(t, 3, Options{Transport: "shm0"}, func(c *Comm) error {
-		if c.noLL {
-			return fmt.Errorf("shm0 communicator does not take the LL path")
+	runRanks(t, 3, Options{Transport: "shm0", Chunk: 4096}, func(c *Comm) error {
+		if c.noLL || c.noFL && runtime.GOARCH == "amd64" {
+			return fmt.Errorf("shm0 communicator does not take the LL and flagged paths")
 		}
 		rng := rand.New(rand.NewPCG(seed, 7)) // the same calls on every rank
 		r, N := c.Rank(), c.Size()
