@@ -310,8 +310,16 @@ func (c *Comm) execFast(ctx context.Context, cl *call) error {
 				}
 			}
 			// Completions: our writes finishing, and what the normal path
-			// or a failing peer sends.
-			for _, d := range c.devList {
+			// or a failing peer sends. A waiting LL call looks one round in
+			// eight (or when 64 of its writes are unreaped): its own
+			// completions only retire writes, and a peer's abort notice
+			// can wait that long; the flagged path's data
+			// completions end steps, so it looks every round.
+			polls := c.devList
+			if ll && idle&7 != 7 && c.llOut < 64 {
+				polls = nil
+			}
+			for _, d := range polls {
 				n, err := d.cq.Poll(wc)
 				if err != nil {
 					return fmt.Errorf("coll: rank %d: %w", c.rank, err)
