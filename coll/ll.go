@@ -248,7 +248,7 @@ func (c *Comm) execFast(ctx context.Context, cl *call) error {
 	if !ll {
 		c.flBegin(cl)
 	}
-	idle := 0
+	idle, first := 0, true
 	for si, st := range cl.steps {
 		sdone, rdone := c.sDone[:0], c.rDone[:0]
 		sendsLeft, recvsLeft := 0, 0
@@ -311,14 +311,16 @@ func (c *Comm) execFast(ctx context.Context, cl *call) error {
 			}
 			// Completions: our writes finishing, and what the normal path
 			// or a failing peer sends. A waiting LL call looks one round in
-			// eight (or when 64 of its writes are unreaped): its own
+			// eight (and in its first, or when 64 of its writes are
+			// unreaped): its own
 			// completions only retire writes, and a peer's abort notice
 			// can wait that long; the flagged path's data
 			// completions end steps, so it looks every round.
 			polls := c.devList
-			if ll && idle&7 != 7 && c.llOut < 64 {
+			if ll && idle&7 != 7 && c.llOut < 64 && !first {
 				polls = nil
 			}
+			first = false
 			for _, d := range polls {
 				n, err := d.cq.Poll(wc)
 				if err != nil {
