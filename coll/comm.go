@@ -170,6 +170,7 @@ type Comm struct {
 	llOut       int             // LL writes, flagged headers and credit writes posted with a completion, not completed
 	noLL        bool            // some link cannot take the LL path
 	noFL        bool            // some link cannot take the flagged path
+	llMax       int             // the largest transfer the LL path takes (llMaxShm, or llMaxUDP if a link is udp0)
 	llScratch   [llPayload + 4]byte
 	sDone       []int // execFast: pieces of each send and receive of the step done
 	rDone       []int
@@ -361,6 +362,7 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 	c.yieldThread = len(LocalRanks(c.peers, rank)) > runtime.NumCPU()
 	// The LL path needs every link of every rank on an LL transport, so
 	// that all ranks decide alike.
+	c.llMax = llMaxShm
 	for a := range size {
 		for b := range size {
 			if a != b && !llCapable(c.transportBetween(a, b)) {
@@ -368,6 +370,9 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 			}
 			if a != b && !flCapable(c.transportBetween(a, b)) {
 				c.noFL = true
+			}
+			if a != b && c.transportBetween(a, b) == "udp0" {
+				c.llMax = llMaxUDP
 			}
 		}
 	}

@@ -137,7 +137,7 @@ func (c *Comm) pathFor(progs func(q int) []execStep) int {
 	ll, fl := !c.noLL, !c.noFL
 	for q := 0; (ll || fl) && q < c.size; q++ {
 		p := progs(q)
-		ll = ll && llOK(p)
+		ll = ll && llOK(p, c.llMax)
 		fl = fl && onePerLink(p)
 	}
 	switch {

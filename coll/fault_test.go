@@ -20,13 +20,13 @@ import (
 // next call or by Close.
 //
 // Each case runs on loop0 (the normal path), and on shm0 with calls of
-// 4000 bytes (the LL path) and of 200 KB (the flagged path); "path" has
+// 800 bytes (the LL path) and of 200 KB (the flagged path); "path" has
 // one rank's call on each of the two.
 func TestMismatch(t *testing.T) {
 	for _, run := range []struct {
 		tr string
 		n  int
-	}{{"loop0", 1000}, {"shm0", 1000}, {"shm0", 50000}} {
+	}{{"loop0", 1000}, {"shm0", 200}, {"shm0", 50000}} {
 		testMismatch(t, run.tr, run.n)
 	}
 }
@@ -75,7 +75,7 @@ func testMismatch(t *testing.T, tr string, n int) {
 			}
 			return []callFn{bcast(0), sum}
 		}, ""},
-		{"path", 2, func(r int) []callFn { return []callFn{allReduce([]int{1000, 50000}[r], reduce.Float32, reduce.Sum)} }, ""},
+		{"path", 2, func(r int) []callFn { return []callFn{allReduce([]int{100, 50000}[r], reduce.Float32, reduce.Sum)} }, ""},
 	} {
 		{
 			t.Run(fmt.Sprintf("%s/%s/%d", tc.name, tr, n), func(t *testing.T) {

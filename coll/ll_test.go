@@ -35,9 +35,9 @@ func TestLLMixed(t *testing.T) {
 		val := func(q, i, k int) float64 { return float64((q*31+i*7+k)%97 - 48) }
 		for k := range 300 {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			count := rng.IntN(llPayload/4 + 2)
+			count := rng.IntN(3*c.llMax/4 + 2)
 			if rng.IntN(4) == 0 {
-				count = llPayload/4 + rng.IntN(8192)
+				count = c.llMax/4 + rng.IntN(8192)
 			}
 			what := rng.IntN(5)
 			root := rng.IntN(N)

@@ -433,7 +433,7 @@ func (c *Comm) SendRecv(ctx context.Context, sendbuf []byte, to int, recvbuf []b
 // communicator takes it.
 func (c *Comm) p2pPath(prog []execStep) int {
 	switch {
-	case !c.noLL && llOK(prog):
+	case !c.noLL && llOK(prog, c.llMax):
 		return modeLL
 	case !c.noFL:
 		return modeFL
