@@ -12,7 +12,7 @@ import (
 // BenchmarkAllReduce: 2 ranks of one process (goroutines) on shm0,
 // float32 sum, in place; b.N all-reduces per rank.
 func BenchmarkAllReduce(b *testing.B) {
-	for _, size := range []int{8, 2 << 10, 128 << 10, 2 << 20, 32 << 20} {
+	for _, size := range []int{8, 2 << 10, 128 << 10, 512 << 10, 2 << 20, 32 << 20} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
 			id, err := NewUniqueID(freeAddr(b))
 			if err != nil {
