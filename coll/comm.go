@@ -126,8 +126,8 @@ type link struct {
 	flHdrPending                bool
 	flSGE                       [2]verbs.SGE
 	flWR                        [2]verbs.SendWR
-	flKey                       uint32
-	flAddr                      uint64
+	flKey, flSrcKey             uint32
+	flAddr, flSrcAddr           uint64
 }
 
 // device is one opened verbs device with its PD and CQ.

@@ -113,6 +113,118 @@ type call struct {
 	op    reduce.Op
 	rerr  error // the first reduction error
 	mode  int   // the path: modeNormal, modeLL or modeFL
+
+	// An out-of-place all-reduce on a fast path reads the caller's input
+	// (src, registered: srcKeys, srcAddrs) for the bytes of buf no
+	// receive has written yet; inited lists those written, sorted and
+	// disjoint. A send of such bytes reads src; a receive that reduces
+	// into them writes buf = src op piece.
+	src      []byte
+	srcKeys  map[string]uint32
+	srcAddrs map[string]uint64
+	inited   []span
+}
+
+// span is the bytes [lo, hi) of a call's buffer.
+type span struct{ lo, hi int }
+
+// coverage reports whether [lo, hi) was written in full, or not at all.
+func (cl *call) coverage(lo, hi int) (full, none bool) {
+	for _, s := range cl.inited {
+		if s.hi <= lo || s.lo >= hi {
+			continue
+		}
+		return s.lo <= lo && s.hi >= hi, false
+	}
+	return false, true
+}
+
+// mark records [lo, hi) as written, merging it with the spans it touches.
+func (cl *call) mark(lo, hi int) {
+	if lo >= hi {
+		return
+	}
+	i := 0
+	for i < len(cl.inited) && cl.inited[i].hi < lo {
+		i++
+	}
+	j := i
+	for j < len(cl.inited) && cl.inited[j].lo <= hi {
+		lo, hi = min(lo, cl.inited[j].lo), max(hi, cl.inited[j].hi)
+		j++
+	}
+	// Spans i..j-1 merge into [lo, hi), which takes index i.
+	if i == j {
+		cl.inited = append(cl.inited, span{})
+		copy(cl.inited[i+1:], cl.inited[i:])
+	} else {
+		cl.inited = append(cl.inited[:i+1], cl.inited[j:]...)
+	}
+	cl.inited[i] = span{lo, hi}
+}
+
+// fill copies the input into the bytes of [lo, hi) not written yet, and
+// marks them written.
+func (cl *call) fill(lo, hi int) {
+	if cl.src == nil {
+		return
+	}
+	at := lo
+	for _, s := range cl.inited {
+		if s.hi <= at || s.lo >= hi {
+			continue
+		}
+		if s.lo > at {
+			copy(cl.buf[at:s.lo], cl.src[at:s.lo])
+		}
+		at = max(at, s.hi)
+	}
+	if at < hi {
+		copy(cl.buf[at:hi], cl.src[at:hi])
+	}
+	cl.mark(lo, hi)
+}
+
+// sendFromSrc reports whether a send of [lo, hi) reads the input: when
+// none of it was written. Partly written, it is completed from the input
+// first, and the send reads buf.
+func (cl *call) sendFromSrc(lo, hi int) bool {
+	if cl.src == nil || lo >= hi {
+		return false
+	}
+	full, none := cl.coverage(lo, hi)
+	if !full && !none {
+		cl.fill(lo, hi)
+	}
+	return none
+}
+
+// land applies a received piece to buf[lo:hi]: reduced into it, or
+// copied; reduced with the input when the bytes were not written yet.
+func (cl *call) land(lo, hi int, piece []byte, reduceIt bool) {
+	dst := cl.buf[lo:hi]
+	switch {
+	case !reduceIt:
+		copy(dst, piece)
+	case cl.src == nil:
+		cl.apply(dst, piece)
+	default:
+		full, none := cl.coverage(lo, hi)
+		switch {
+		case none:
+			if err := reduce.Reduce3(dst, cl.src[lo:hi], piece, cl.dt, cl.op); err != nil && cl.rerr == nil {
+				cl.rerr = err
+			}
+		case !full:
+			cl.fill(lo, hi)
+			fallthrough
+		default:
+			cl.apply(dst, piece)
+		}
+	}
+	if cl.src != nil {
+		cl.mark(lo, hi)
+	}
 }
 
 // The paths a call can take: the normal one (exec), LL (ll.go), flagged

@@ -77,6 +77,9 @@ func (c *Comm) flBegin(cl *call) {
 	for _, l := range c.links {
 		if l != nil {
 			l.flKey, l.flAddr = cl.lkeys[l.dev.name], cl.addrs[l.dev.name]
+			if cl.src != nil {
+				l.flSrcKey, l.flSrcAddr = cl.srcKeys[l.dev.name], cl.srcAddrs[l.dev.name]
+			}
 		}
 	}
 }
@@ -114,6 +117,9 @@ func (c *Comm) flTrySend(cl *call, x xfer, k int) (bool, error) {
 	wrs := l.flWR[1:]
 	if m > 0 {
 		l.flSGE[0] = verbs.SGE{Addr: l.flAddr + uint64(off), Length: uint32(m), LKey: l.flKey}
+		if cl.sendFromSrc(off, off+m) {
+			l.flSGE[0] = verbs.SGE{Addr: l.flSrcAddr + uint64(off), Length: uint32(m), LKey: l.flSrcKey}
+		}
 		l.flWR[0] = verbs.SendWR{ID: uint64(l.peer) | flTag, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: l.flSGE[:1],
 			RemoteAddr: l.rAddr + uint64(c.flBase+slot*c.flChunk), RKey: l.rKey}
 		wrs = l.flWR[:]
@@ -171,12 +177,7 @@ func (c *Comm) flTryRecv(cl *call, step int, st execStep, x xfer, k int) (bool, 
 	if st.overlap && !c.flGated(st, off, m) {
 		return false, nil
 	}
-	src := l.land.Bytes()[c.flBase+slot*c.flChunk : c.flBase+slot*c.flChunk+m]
-	if x.reduce {
-		cl.apply(cl.buf[off:off+m], src)
-	} else {
-		copy(cl.buf[off:off+m], src)
-	}
+	cl.land(off, off+m, l.land.Bytes()[c.flBase+slot*c.flChunk:c.flBase+slot*c.flChunk+m], x.reduce)
 	l.flRecvd++
 	return true, nil
 }

@@ -100,6 +100,9 @@ func (c *Comm) llTrySend(cl *call, x xfer) (bool, error) {
 	w[0] = uint64(cl.seq<<immSeqShift|cl.desc) | flag
 	w[1] = uint64(x.n) | flag
 	src := cl.buf[x.off : x.off+x.n]
+	if cl.sendFromSrc(x.off, x.off+x.n) {
+		src = cl.src[x.off : x.off+x.n]
+	}
 	k := 2
 	for len(src) >= 4 {
 		w[k] = uint64(binary.LittleEndian.Uint32(src)) | flag
@@ -179,11 +182,7 @@ func (c *Comm) llTryRecv(cl *call, step int, x xfer) (bool, error) {
 		}
 		binary.LittleEndian.PutUint32(dst[4*i:], uint32(v))
 	}
-	if x.reduce {
-		cl.apply(cl.buf[x.off:x.off+x.n], dst[:x.n])
-	} else {
-		copy(cl.buf[x.off:x.off+x.n], dst[:x.n])
-	}
+	cl.land(x.off, x.off+x.n, dst[:x.n], x.reduce)
 	l.llRecvd++
 	return true, c.llCredit(l, false)
 }

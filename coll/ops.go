@@ -94,6 +94,27 @@ func (c *Comm) userBuffer(b []byte) (*workBuf, error) {
 	return w, nil
 }
 
+// userRoom empties the cache of caller buffers if registering a and b
+// could overflow it (userBuffer would empty it between the two, and
+// deregister the first).
+func (c *Comm) userRoom(a, b []byte) error {
+	_, okA := c.userMRs[userKey{unsafe.SliceData(a), len(a)}]
+	_, okB := c.userMRs[userKey{unsafe.SliceData(b), len(b)}]
+	if okA && okB || len(c.userMRs)+2 <= maxUserMRs {
+		return nil
+	}
+	return c.freeUser()
+}
+
+// disjoint reports whether a and b share no byte.
+func disjoint(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return true
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa+uintptr(len(a)) <= pb || pb+uintptr(len(b)) <= pa
+}
+
 // freeUser deregisters the cached caller buffers.
 func (c *Comm) freeUser() error {
 	var first error
@@ -313,11 +334,25 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 	}
 	// Large all-reduce, all-gather and broadcast run on the caller's
 	// recvbuf itself (registered once, cached), not the working buffer:
-	// no copy out, and no copy in when in place.
-	var w *workBuf
-	if work >= directMin && (kind == algo.AllReduce || kind == algo.AllGather || kind == algo.Broadcast) {
+	// no copy out, and no copy in when in place. An out-of-place
+	// all-reduce on a fast path does not copy in either: it reads the
+	// caller's sendbuf (registered too) until the bytes are first written
+	// (fromInput).
+	mode := c.programMode[key]
+	direct := work >= directMin && (kind == algo.AllReduce || kind == algo.AllGather || kind == algo.Broadcast)
+	fromInput := direct && kind == algo.AllReduce && mode != modeNormal && disjoint(sendbuf[:in], recvbuf[:work])
+	var w, src *workBuf
+	switch {
+	case fromInput:
+		if err := c.userRoom(sendbuf[:in], recvbuf[:work]); err != nil {
+			return err
+		}
+		if src, err = c.userBuffer(sendbuf[:in]); err == nil {
+			w, err = c.userBuffer(recvbuf[:work])
+		}
+	case direct:
 		w, err = c.userBuffer(recvbuf[:work])
-	} else {
+	default:
 		w, err = c.workBuffer(work)
 	}
 	if err != nil {
@@ -325,13 +360,14 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 	}
 	buf := w.buf[:work]
 	r := c.rank
-	switch kind {
-	case algo.AllGather:
+	switch {
+	case fromInput:
+	case kind == algo.AllGather:
 		copy(buf[r*n:(r+1)*n], sendbuf[:n])
-	case algo.AllToAll:
+	case kind == algo.AllToAll:
 		copy(buf[:N*n], sendbuf[:N*n])
 		copy(buf[(N+r)*n:(N+r+1)*n], sendbuf[r*n:(r+1)*n])
-	case algo.Broadcast:
+	case kind == algo.Broadcast:
 		if r == root {
 			copy(buf, sendbuf[:n])
 		}
@@ -343,13 +379,20 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 	}
 	c.calls++
 	cl := &c.cur
+	inited := cl.inited[:0]
 	*cl = call{seq: c.calls % callSeqMod, desc: descriptor(kind, a, count, descDT, descOp, root), steps: prog,
-		buf: buf, lkeys: w.lkeys, addrs: w.addrs, dt: dt, op: op, mode: c.programMode[key]}
+		buf: buf, lkeys: w.lkeys, addrs: w.addrs, dt: dt, op: op, mode: mode, inited: inited}
+	if fromInput {
+		cl.src, cl.srcKeys, cl.srcAddrs = src.buf[:in], src.lkeys, src.addrs
+	}
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: %v of %d %v (%v): %w", kind, count, dt, a, err)
 	}
 	if cl.rerr != nil {
 		return cl.rerr
+	}
+	if fromInput {
+		cl.fill(0, work) // bytes no receive wrote: the input's
 	}
 	switch kind {
 	case algo.ReduceScatter:
