@@ -57,3 +57,36 @@ func TestAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestStaging: on shm0 with the default options a peer's landing buffer
+// and staging are the normal and flagged slots (2 × Credits × Chunk) and
+// the LL slots, whatever the message size; an 8 MiB all-reduce, in and
+// out of place, adds no working buffer (it runs on the caller's buffers).
+func TestStaging(t *testing.T) {
+	runRanks(t, 2, Options{Transport: "shm0"}, func(c *Comm) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		const size = 8 << 20
+		in, out := make([]byte, size), make([]byte, size)
+		for _, o := range [][]byte{out, in} {
+			if err := c.AllReduce(ctx, in, o, size/4, reduce.Float32, reduce.Sum); err != nil {
+				return err
+			}
+		}
+		limit := 2*c.opt.Credits*c.opt.Chunk + 2*c.llArea + 4096 // and headers, credit words
+		for _, l := range c.links {
+			if l == nil {
+				continue
+			}
+			got := l.land.Len() + l.llStage.Len()
+			if got > limit {
+				return fmt.Errorf("link to rank %d: %d bytes of landing and staging, want at most %d", l.peer, got, limit)
+			}
+			t.Logf("rank %d, link to rank %d: %d bytes of landing and staging (2 x %d credits x %d B chunk = %d)", c.Rank(), l.peer, got, c.opt.Credits, c.opt.Chunk, 2*c.opt.Credits*c.opt.Chunk)
+		}
+		if c.work != nil {
+			return fmt.Errorf("a working buffer of %d bytes for an all-reduce on the caller's buffers", len(c.work.buf))
+		}
+		return nil
+	})
+}

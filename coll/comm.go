@@ -171,6 +171,9 @@ type Comm struct {
 	noLL        bool            // some link cannot take the LL path
 	noFL        bool            // some link cannot take the flagged path
 	llMax       int             // the largest transfer the LL path takes (llMaxShm, or llMaxUDP if a link is udp0)
+	llSlot      int             // an LL slot's bytes, header and encoded data (16 + 2*llMax)
+	llArea      int             // the LL slots and the credit word in a landing buffer
+	llStageN    int             // the LL staging: slots and the credit source
 	llScratch   [llPayload + 4]byte
 	sDone       []int // execFast: pieces of each send and receive of the step done
 	rDone       []int
@@ -376,6 +379,8 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 			}
 		}
 	}
+	c.llSlot = 16 + 2*c.llMax
+	c.llArea, c.llStageN = llSlots*c.llSlot+64, llSlots*c.llSlot+8
 	if c.opt, err = opt.withDefaults(size, !c.noFL); err != nil {
 		return nil, err
 	}
@@ -401,7 +406,7 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 			return nil, err
 		}
 		l := &link{peer: q, dev: d, credit: opt.Credits}
-		land, stage := opt.Landing+llArea, llStage
+		land, stage := opt.Landing+c.llArea, c.llStageN
 		if !c.noFL {
 			land, stage = land+c.flArea(), stage+c.flStage()
 		}

@@ -62,7 +62,7 @@ func onePerLink(prog []execStep) bool {
 func (c *Comm) flLayout() {
 	c.flSlots = c.opt.Credits
 	c.flChunk = c.opt.Chunk
-	c.flBase = c.opt.Landing + llArea
+	c.flBase = c.opt.Landing + c.llArea
 	c.flHdr = c.flBase + c.flSlots*c.flChunk
 	c.flCred = c.flHdr + 16*c.flSlots
 }
@@ -106,7 +106,7 @@ func (c *Comm) flTrySend(cl *call, x xfer, k int) (bool, error) {
 	slot := int(l.flSent % uint32(c.flSlots))
 	off := x.off + k*c.flChunk
 	m := min(c.flChunk, x.n-k*c.flChunk)
-	hs := llStage + 16*slot
+	hs := c.llStageN + 16*slot
 	h := words(l.llStage.Bytes()[hs : hs+16])
 	flag := uint64(l.flSent+1) << 32
 	h[0] = uint64(cl.seq<<immSeqShift|cl.desc) | flag
@@ -203,7 +203,7 @@ func (c *Comm) flCredit(l *link) error {
 	if l.llStage == nil || l.flRecvd == l.flReported {
 		return nil
 	}
-	cs := llStage + 16*c.flSlots
+	cs := c.llStageN + 16*c.flSlots
 	src := words(l.llStage.Bytes()[cs:])
 	atomic.StoreUint64(&src[0], uint64(l.flRecvd))
 	posted, err := c.llPost(l, l.llStage.Addr()+uint64(cs), 8, c.flCred, false)

@@ -27,17 +27,19 @@ import (
 // on udp0 no step waits for an acknowledgement or a completion.
 //
 // Landing buffer layout: [Landing bytes of normal slots][llSlots LL slots
-// of llSlot bytes][credit word: LL pieces the peer consumed of ours]
+// of c.llSlot bytes][credit word: LL pieces the peer consumed of ours]
 // [the flagged area, fl.go].
 // An LL slot: word 0 = call number<<24 | descriptor, word 1 = byte count,
 // each with the flag in its high half; then the data words.
+//
+// A slot holds the largest LL piece of the communicator (llMax data
+// bytes): c.llSlot = 16 + 2*llMax; the LL area is llSlots of them and the
+// credit word (c.llArea), the sender's staging the slots and the credit
+// source (c.llStageN).
 const (
 	llSlots   = 8
-	llPayload = 16 << 10            // data bytes of one LL piece
-	llSlot    = 16 + 2*llPayload    // header + encoded data
-	llArea    = llSlots*llSlot + 64 // the slots and the credit word
-	llStage   = llSlots*llSlot + 8  // the sender's staging: slots and the credit source
-	llTag     = 3 << 40             // work request ID tag of LL writes
+	llPayload = 16 << 10 // data bytes of the largest LL piece
+	llTag     = 3 << 40  // work request ID tag of LL writes
 )
 
 // llCapable reports whether a link's transport delivers an RDMA WRITE
@@ -89,12 +91,12 @@ func words(b []byte) []uint64 {
 func (c *Comm) llTrySend(cl *call, x xfer) (bool, error) {
 	l := c.links[x.peer]
 	land := words(l.land.Bytes()[c.opt.Landing:])
-	consumed := uint32(atomic.LoadUint64(&land[llSlots*llSlot/8]))
+	consumed := uint32(atomic.LoadUint64(&land[llSlots*c.llSlot/8]))
 	if l.llSent-consumed >= llSlots {
 		return false, nil
 	}
 	slot := int(l.llSent % llSlots)
-	stage := l.llStage.Bytes()[slot*llSlot : (slot+1)*llSlot]
+	stage := l.llStage.Bytes()[slot*c.llSlot : (slot+1)*c.llSlot]
 	flag := uint64(l.llSent+1) << 32
 	w := words(stage)
 	w[0] = uint64(cl.seq<<immSeqShift|cl.desc) | flag
@@ -114,7 +116,7 @@ func (c *Comm) llTrySend(cl *call, x xfer) (bool, error) {
 		w[k] = uint64(binary.LittleEndian.Uint32(t[:])) | flag
 		k++
 	}
-	posted, err := c.llPost(l, l.llStage.Addr()+uint64(slot*llSlot), 8*k, c.opt.Landing+slot*llSlot, false)
+	posted, err := c.llPost(l, l.llStage.Addr()+uint64(slot*c.llSlot), 8*k, c.opt.Landing+slot*c.llSlot, false)
 	if err != nil {
 		return false, fmt.Errorf("coll: rank %d: LL send to rank %d: %w", c.rank, l.peer, err)
 	}
@@ -160,7 +162,7 @@ func (c *Comm) llPost(l *link, addr uint64, n, off int, signal bool) (bool, erro
 func (c *Comm) llTryRecv(cl *call, step int, x xfer) (bool, error) {
 	l := c.links[x.peer]
 	slot := int(l.llRecvd % llSlots)
-	w := words(l.land.Bytes()[c.opt.Landing+slot*llSlot : c.opt.Landing+(slot+1)*llSlot])
+	w := words(l.land.Bytes()[c.opt.Landing+slot*c.llSlot : c.opt.Landing+(slot+1)*c.llSlot])
 	flag := l.llRecvd + 1
 	h0 := atomic.LoadUint64(&w[0])
 	if uint32(h0>>32) != flag {
@@ -196,9 +198,9 @@ func (c *Comm) llCredit(l *link, force bool) error {
 	if l.llStage == nil || !force && l.llRecvd-l.llReported < llSlots/2 {
 		return nil
 	}
-	src := words(l.llStage.Bytes()[llSlots*llSlot:])
+	src := words(l.llStage.Bytes()[llSlots*c.llSlot:])
 	atomic.StoreUint64(&src[0], uint64(l.llRecvd))
-	posted, err := c.llPost(l, l.llStage.Addr()+llSlots*llSlot, 8, c.opt.Landing+llSlots*llSlot, force)
+	posted, err := c.llPost(l, l.llStage.Addr()+uint64(llSlots*c.llSlot), 8, c.opt.Landing+llSlots*c.llSlot, force)
 	if err != nil {
 		return fmt.Errorf("coll: rank %d: LL credit to rank %d: %w", c.rank, l.peer, err)
 	}
@@ -212,7 +214,7 @@ func (c *Comm) llCredit(l *link, force bool) error {
 // ok when one has landed that no call took yet.
 func (c *Comm) llHeader(l *link) (uint64, bool) {
 	slot := int(l.llRecvd % llSlots)
-	w := words(l.land.Bytes()[c.opt.Landing+slot*llSlot:])
+	w := words(l.land.Bytes()[c.opt.Landing+slot*c.llSlot:])
 	h0 := atomic.LoadUint64(&w[0])
 	return h0, uint32(h0>>32) == l.llRecvd+1
 }
