@@ -23,9 +23,17 @@
 // sendbuf and recvbuf may be the same slice (in place).
 //
 // Each call runs a schedule from package coll/algo (ring, double binary
-// tree, recursive halving-doubling, recursive doubling, direct) on the
-// executor: RDMA WRITE_WITH_IMM of pieces into the peer's landing buffer,
-// a credit per landing slot, completion-driven. The algorithm is chosen
+// tree, recursive halving-doubling, recursive doubling, direct) on one of
+// three paths, every rank choosing alike. Between ranks on shm0 and udp0:
+// the LL path for small transfers (data and flags in 8-byte words, polled
+// by the receiver, as NCCL's LL) and the flagged path for larger ones (an
+// RDMA WRITE of each piece into the peer's landing buffer, then a flagged
+// header the receiver polls, as NCCL's Simple; Options.Chunk sizes the
+// pieces). Otherwise the normal path: RDMA WRITE_WITH_IMM of pieces into
+// the peer's landing buffer, a credit per landing slot, completion-driven.
+// Large all-reduce, all-gather and broadcast run on the caller's buffers
+// (registered once and cached). After its first call of a shape, a call
+// allocates nothing. The algorithm is chosen
 // per call by an alpha-beta cost model of the schedules (Model; rank 0's
 // model is every rank's, so all choose alike; Calibrate measures one,
 // IBEX_COLL_MODEL loads one), unless WithAlgorithm or IBEX_ALGO names one.
