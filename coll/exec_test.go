@@ -41,8 +41,11 @@ func ringAllReduceSteps(rank, size, n int) []execStep {
 // loop0 and shm0, and on the flagged path over shm0, with counts that do not divide evenly and pieces smaller than a
 // slot (several credits' worth), several calls in a row.
 func TestExecutorRingAllReduce(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := *llSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (replay with -coll.seed=%d)", seed, seed)
 	paths := []struct {
 		tr   string
 		mode int

@@ -13,13 +13,13 @@ import (
 )
 
 // TestSpans: mark, coverage and fill against a bitmap, over random spans
-// (seed printed; -coll.seed replays).
+// (seed printed; -coll.seed replays, as for every seeded test here).
 func TestSpans(t *testing.T) {
 	seed := *llSeed
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	t.Logf("seed %d", seed)
+	t.Logf("seed %d (replay with -coll.seed=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 11))
 	for round := range 200 {
 		const n = 300
@@ -74,8 +74,11 @@ func TestSpans(t *testing.T) {
 // the exact result and the same bits as in place, for every all-reduce
 // algorithm and 2 to 4 ranks, and leave the input alone.
 func TestAllReduceFromInput(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := *llSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (replay with -coll.seed=%d)", seed, seed)
 	for _, size := range []int{2, 3, 4} {
 		for _, chunk := range []int{4096, 0} {
 			t.Run(fmt.Sprintf("%d/%d", size, chunk), func(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/ibex-rdma/ibex/coll/reduce"
 )
 
-var llSeed = flag.Uint64("coll.seed", 0, "replay TestLLMixed with this seed")
+var llSeed = flag.Uint64("coll.seed", 0, "replay the seeded tests (TestLLMixed, TestSpans, TestAllReduceFromInput, TestExecutorRingAllReduce) with this seed")
 
 // TestLLMixed: 3 ranks on shm0 make 300 random calls (all-reduce,
 // broadcast from a random root, all-gather, reduce-scatter, send/recv
