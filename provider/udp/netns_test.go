@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibex-rdma/ibex/internal/netimpair"
 	"github.com/ibex-rdma/ibex/provider/udp"
 	"github.com/ibex-rdma/ibex/verbs"
 )
@@ -139,39 +140,11 @@ func TestNetnsLossyWriteRead(t *testing.T) {
 	}
 }
 
-// impair makes the veth lossy in both directions: tc netem with 1% loss,
-// delay and reordering where the kernel has netem; where it does not (this
-// project's CI kernel is built without CONFIG_NET_SCH_NETEM), 1% random
-// loss with an nftables numgen rule in each namespace, and a tbf rate
-// limit whose queue adds delay. It logs which.
+// impair makes the veth lossy in both directions (netimpair: netem, or
+// nftables drops where the kernel has no netem).
 func impair(t *testing.T, ns, va, vb string) {
 	t.Helper()
-	netem := []string{"netem", "loss", "1%", "delay", "200us", "100us", "reorder", "5%"}
-	out, err := exec.Command("tc", append([]string{"qdisc", "add", "dev", va, "root"}, netem...)...).CombinedOutput()
-	if err == nil {
-		run(t, append([]string{"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", vb, "root"}, netem...)...)
-		t.Logf("impairment: tc netem %s on both ends", strings.Join(netem[1:], " "))
-		return
-	}
-	if !strings.Contains(string(out), "unknown") {
-		t.Fatalf("tc qdisc add netem: %v: %s", err, out)
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("cannot impair the link: the kernel has no netem and the nft command (nftables) is not installed")
-	}
-	tbf := []string{"tbf", "rate", "2gbit", "burst", "256kb", "latency", "2ms"}
-	run(t, append([]string{"tc", "qdisc", "add", "dev", va, "root"}, tbf...)...)
-	run(t, append([]string{"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", vb, "root"}, tbf...)...)
-	for i, pre := range [][]string{nil, {"ip", "netns", "exec", ns}} {
-		table, dev := "ibex_loss_"+ns, []string{va, vb}[i]
-		run(t, append(pre, "nft", "add", "table", "inet", table)...)
-		run(t, append(pre, "nft", "add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; }")...)
-		run(t, append(pre, "nft", "add", "rule", "inet", table, "out", "oifname", dev, "udp", "dport", "4791", "numgen", "random", "mod", "100", "0", "drop")...)
-		if pre == nil {
-			t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "inet", table).Run() })
-		}
-	}
-	t.Logf("impairment: the kernel has no netem (%s); 1%% loss by nftables numgen on both ends, tbf %s; no reordering", strings.TrimSpace(string(out)), strings.Join(tbf[1:], " "))
+	netimpair.Impair(t, netimpair.End{Dev: va}, netimpair.End{NS: ns, Dev: vb})
 }
 
 type bigEnd struct {

@@ -37,6 +37,7 @@ type rankCase func(ctx context.Context, c *coll.Comm, seed uint64) error
 var rankCases = map[string]rankCase{
 	"collectives": collectivesCase,
 	"udp":         udpCase,
+	"udploss":     udpLossCase,
 	"loop":        loopCase,
 	"p2p":         p2pCase,
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll"
 	"github.com/ibex-rdma/ibex/coll/reduce"
+	"github.com/ibex-rdma/ibex/internal/netimpair"
 )
 
 // TestNetnsUDP runs 2 ranks in two network namespaces joined by a veth
@@ -23,6 +24,42 @@ import (
 // It is skipped only when `ip netns add` fails (no iproute2, or no
 // CAP_SYS_ADMIN: not root, or a container without it).
 func TestNetnsUDP(t *testing.T) {
+	ns, addr := netnsPair(t, false)
+	began := time.Now()
+	j := start(t, spec{
+		Case: "udp", Size: 2, Seed: seed(t), Limit: 60 * time.Second,
+		// A fixed port: nothing else listens in a fresh namespace.
+		ID:   newID(t, addr[0]+":29500"),
+		Env:  func(r int) []string { return []string{"IBEX_UDP_ADDR=" + addr[r]} },
+		Wrap: func(r int) []string { return []string{"ip", "netns", "exec", ns[r]} },
+	})
+	j.wait(70 * time.Second)
+	t.Logf("2 ranks in 2 namespaces in %v", time.Since(began).Round(time.Millisecond))
+}
+
+// TestNetnsUDPLoss is TestNetnsUDP's all-reduce and broadcast on a veth
+// that drops 1% of packets both ways (netimpair: tc netem, or nftables
+// where the kernel has no netem): the LL and flagged paths rely on udp0
+// placing a piece's packets in order (go-back-N resends from a lost one),
+// so every result must still be exact.
+func TestNetnsUDPLoss(t *testing.T) {
+	ns, addr := netnsPair(t, true)
+	began := time.Now()
+	j := start(t, spec{
+		Case: "udploss", Size: 2, Seed: seed(t), Limit: 120 * time.Second,
+		ID:   newID(t, addr[0]+":29500"),
+		Env:  func(r int) []string { return []string{"IBEX_UDP_ADDR=" + addr[r]} },
+		Wrap: func(r int) []string { return []string{"ip", "netns", "exec", ns[r]} },
+	})
+	j.wait(130 * time.Second)
+	t.Logf("2 ranks over a lossy veth in %v", time.Since(began).Round(time.Millisecond))
+}
+
+// netnsPair makes two network namespaces joined by a veth pair, lossy
+// both ways when asked (netimpair), and returns their names and
+// addresses. It skips the test when namespaces (or an impairment) cannot
+// be made here.
+func netnsPair(t *testing.T, lossy bool) (ns, addr [2]string) {
 	pid := os.Getpid()
 	nsA, nsB := fmt.Sprintf("ibexcoll-a-%d", pid), fmt.Sprintf("ibexcoll-b-%d", pid)
 	if out, err := exec.Command("ip", "netns", "add", nsA).CombinedOutput(); err != nil {
@@ -38,24 +75,17 @@ func TestNetnsUDP(t *testing.T) {
 	ip(t, "link", "add", va, "type", "veth", "peer", "name", vb)
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", va).Run() })
 	sub := pid % 250
-	addr := [2]string{fmt.Sprintf("10.78.%d.1", sub), fmt.Sprintf("10.78.%d.2", sub)}
+	addr = [2]string{fmt.Sprintf("10.78.%d.1", sub), fmt.Sprintf("10.78.%d.2", sub)}
 	for k, end := range []struct{ ns, dev string }{{nsA, va}, {nsB, vb}} {
 		ip(t, "link", "set", end.dev, "netns", end.ns)
 		ip(t, "-n", end.ns, "addr", "add", addr[k]+"/24", "dev", end.dev)
 		ip(t, "-n", end.ns, "link", "set", end.dev, "up")
 		ip(t, "-n", end.ns, "link", "set", "lo", "up")
 	}
-	ns := [2]string{nsA, nsB}
-	began := time.Now()
-	j := start(t, spec{
-		Case: "udp", Size: 2, Seed: seed(t), Limit: 60 * time.Second,
-		// A fixed port: nothing else listens in a fresh namespace.
-		ID:   newID(t, addr[0]+":29500"),
-		Env:  func(r int) []string { return []string{"IBEX_UDP_ADDR=" + addr[r]} },
-		Wrap: func(r int) []string { return []string{"ip", "netns", "exec", ns[r]} },
-	})
-	j.wait(70 * time.Second)
-	t.Logf("2 ranks in 2 namespaces in %v", time.Since(began).Round(time.Millisecond))
+	if lossy {
+		netimpair.Impair(t, netimpair.End{NS: nsA, Dev: va}, netimpair.End{NS: nsB, Dev: vb})
+	}
+	return [2]string{nsA, nsB}, addr
 }
 
 // ip runs the ip command and fails the test on error.
@@ -70,6 +100,27 @@ func delNetns(t *testing.T, ns string) {
 	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 		t.Errorf("ip netns del %s: %v: %s", ns, err, out)
 	}
+}
+
+// udpLossCase is one rank of TestNetnsUDPLoss: all-reduce (LL, then
+// flagged pieces) and broadcast from each root, in and out of place.
+func udpLossCase(ctx context.Context, c *coll.Comm, seed uint64) error {
+	x := newCaller(ctx, c, seed)
+	x.dt = reduce.Float32
+	for _, count := range []int{1000, 1 << 18} {
+		for _, inPlace := range []bool{false, true} {
+			x.count, x.inPlace = count, inPlace
+			if err := x.allReduce(reduce.Sum); err != nil {
+				return err
+			}
+			for root := range 2 {
+				if err := x.broadcast(root); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // udpCase is one rank of TestNetnsUDP.
