@@ -1,0 +1,121 @@
+package topo
+
+// Counts summarises a graph: what a cluster plan is priced and sized by.
+type Counts struct {
+	Name  string `json:"name,omitempty"`
+	Kind  string `json:"kind"`
+	Tiers int    `json:"tiers"` // switch levels of a generated topology; 0 for explicit
+	Hosts int    `json:"hosts"`
+	GPUs  int    `json:"gpus"` // one per NIC: GPU i of a host uses NIC i
+	NICs  int    `json:"nics"`
+
+	Switches    TierCounts `json:"switches"`
+	SwitchPorts TierCounts `json:"switch_ports"` // ports the switches have
+	PortsUsed   TierCounts `json:"switch_ports_used"`
+
+	Links    LinkCounts `json:"links"`
+	Capacity LinkRates  `json:"capacity_bps"` // sum of the links' rates per tier, one direction
+
+	// Bisection is half the smallest capacity between adjacent levels
+	// (NICs-leaves, leaves-spines, spines-cores), one direction: the
+	// bandwidth across a cut of the hosts into halves that each keep half
+	// of every level. For the trees built here, which are symmetric, that
+	// is the bisection bandwidth: N·B/2 at full bisection, N·B/(2r) at r:1
+	// at the leaf. 0 for explicit topologies, where no such cut is implied.
+	Bisection Rate `json:"bisection_bps"`
+
+	MTU             int   `json:"mtu"`
+	SwitchLatencyNS int64 `json:"switch_latency_ns"`
+}
+
+// TierCounts counts switches (or their ports) per tier.
+type TierCounts struct {
+	Leaf     int `json:"leaf"`
+	Spine    int `json:"spine"`
+	Core     int `json:"core"`
+	Untiered int `json:"untiered"`
+	Total    int `json:"total"`
+}
+
+func (t *TierCounts) add(tier Tier, n int) {
+	switch tier {
+	case TierLeaf:
+		t.Leaf += n
+	case TierSpine:
+		t.Spine += n
+	case TierCore:
+		t.Core += n
+	default:
+		t.Untiered += n
+	}
+	t.Total += n
+}
+
+// LinkCounts counts links per link tier.
+type LinkCounts struct {
+	HostLeaf  int `json:"host_leaf"`
+	LeafSpine int `json:"leaf_spine"`
+	SpineCore int `json:"spine_core"`
+	Other     int `json:"other"`
+	Total     int `json:"total"`
+}
+
+// Of returns the count of one link tier.
+func (l LinkCounts) Of(t LinkTier) int {
+	return [...]int{l.HostLeaf, l.LeafSpine, l.SpineCore, l.Other}[t]
+}
+
+// LinkRates sums link rates per link tier.
+type LinkRates struct {
+	HostLeaf  Rate `json:"host_leaf"`
+	LeafSpine Rate `json:"leaf_spine"`
+	SpineCore Rate `json:"spine_core"`
+	Other     Rate `json:"other"`
+}
+
+// Of returns the capacity of one link tier.
+func (l LinkRates) Of(t LinkTier) Rate {
+	return [...]Rate{l.HostLeaf, l.LeafSpine, l.SpineCore, l.Other}[t]
+}
+
+// Counts counts the graph's hosts, NICs, switches and links. It does not
+// validate the graph; a graph that fails Check is counted as it is.
+func (g *Graph) Counts() Counts {
+	c := Counts{
+		Name: g.Name, Kind: g.Kind, Tiers: g.Tiers,
+		Hosts: g.NumHosts, NICs: g.NumNICs, GPUs: g.NumNICs,
+		MTU: g.MTU, SwitchLatencyNS: g.SwitchLatency.Nanoseconds(),
+	}
+	for i := g.NumHosts + g.NumNICs; i < len(g.Nodes); i++ {
+		n := &g.Nodes[i]
+		c.Switches.add(n.Tier, 1)
+		c.SwitchPorts.add(n.Tier, int(n.Radix))
+		used := 0
+		for p := n.FirstPort; p < n.FirstPort+PortID(n.NumPorts); p++ {
+			if g.Ports[p].Link != NoLink {
+				used++
+			}
+		}
+		c.PortsUsed.add(n.Tier, used)
+	}
+	var links [numLinkTiers]int
+	var capacity [numLinkTiers]Rate
+	for i := range g.Links {
+		l := &g.Links[i]
+		t := min(l.Tier, LinkOther)
+		links[t]++
+		capacity[t] += l.Rate
+	}
+	c.Links = LinkCounts{HostLeaf: links[LinkHostLeaf], LeafSpine: links[LinkLeafSpine],
+		SpineCore: links[LinkSpineCore], Other: links[LinkOther], Total: len(g.Links)}
+	c.Capacity = LinkRates{HostLeaf: capacity[LinkHostLeaf], LeafSpine: capacity[LinkLeafSpine],
+		SpineCore: capacity[LinkSpineCore], Other: capacity[LinkOther]}
+	if g.Tiers > 0 {
+		cut := capacity[LinkHostLeaf]
+		for t := LinkLeafSpine; t < LinkTier(g.Tiers); t++ {
+			cut = min(cut, capacity[t])
+		}
+		c.Bisection = cut / 2
+	}
+	return c
+}

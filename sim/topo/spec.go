@@ -1,0 +1,353 @@
+package topo
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Spec is a topology as a YAML file declares it. Zero fields take the
+// documented defaults; Build validates the spec, naming the field and the
+// value of the first thing wrong, and expands it into a Graph.
+//
+//	name: superpod-4su           # optional, for reports
+//	kind: superpod               # fattree | superpod | explicit
+//	rate: NDR                    # EDR, HDR, NDR, XDR or Gb/s; default NDR
+//	cable_m: {host_leaf: 3, leaf_spine: 20, spine_core: 50}   # metres, the defaults
+//	switch_latency: 250ns        # port to port; default 250ns
+//	mtu: 4096                    # default 4096
+//	superpod: {sus: 4}           # the block named by kind, and only that one
+type Spec struct {
+	Name          string        `yaml:"name"`
+	Kind          string        `yaml:"kind"`
+	Rate          string        `yaml:"rate"`
+	CableM        CableLengths  `yaml:"cable_m"`
+	SwitchLatency time.Duration `yaml:"switch_latency"`
+	MTU           int           `yaml:"mtu"`
+
+	FatTree  *FatTree  `yaml:"fattree"`
+	SuperPOD *SuperPOD `yaml:"superpod"`
+	Explicit *Explicit `yaml:"explicit"`
+
+	// lines maps a field's path ("fattree.k") to its line in the file, so
+	// that Build's errors can point into the file. Nil for a Spec built in Go.
+	lines map[string]int
+}
+
+// CableLengths are the default cable lengths per tier, in metres. They set
+// each link's length, which a later layer turns into propagation delay.
+type CableLengths struct {
+	HostLeaf  float64 `yaml:"host_leaf"`  // default 3 (copper or short optics in the rack row)
+	LeafSpine float64 `yaml:"leaf_spine"` // default 20
+	SpineCore float64 `yaml:"spine_core"` // default 50
+}
+
+// FatTree is a folded Clos of k-port switches (fabric-sim.md §4.1).
+type FatTree struct {
+	Tiers int `yaml:"tiers"` // 2 (leaf-spine) or 3 (edge-aggregation-core, Al-Fares); default 2
+	K     int `yaml:"k"`     // ports per switch, even, >= 4; required
+	// Hosts defaults to the most the tree holds (k²/2 or k³/4 at full
+	// bisection). Fewer fill leaves in order; the spines (and cores) are
+	// all built, as a fabric is cabled for its final size.
+	Hosts int `yaml:"hosts"`
+	// Oversubscription r means r:1 at the leaf: r·⌊k/(r+1)⌋ ports down,
+	// ⌊k/(r+1)⌋ up (k·r/(r+1) and k/(r+1) when r+1 divides k; otherwise
+	// the spare ports stay unused so the ratio stays exact). Default 1,
+	// full bisection. Levels above the leaf are always non-blocking.
+	Oversubscription int `yaml:"oversubscription"`
+}
+
+// SuperPOD is NVIDIA's DGX SuperPOD rail-optimized compute fabric, built
+// from scalable units (fabric-sim.md §4.2): every node has one NIC per GPU,
+// and NIC i of every node in an SU goes to the SU's leaf i (rail i).
+type SuperPOD struct {
+	SUs       int `yaml:"sus"`        // scalable units, >= 1; required
+	NodeSlots int `yaml:"node_slots"` // node slots per SU; default 32
+	// ReservedSlots are node slots of the whole SuperPOD kept for UFM, taken
+	// from the last SU; default 1, as in the H100 RA (4 SUs = 127 nodes).
+	// Set 0 for every slot a compute node (4 SUs = 128 nodes, 1,024 GPUs).
+	ReservedSlots *int `yaml:"reserved_slots"`
+	GPUsPerNode   int  `yaml:"gpus_per_node"` // = NICs per node = rails = leaves per SU; default 8
+	SwitchPorts   int  `yaml:"switch_ports"`  // default 64 (Quantum-2 NDR)
+}
+
+// Explicit is a topology given node by node and link by link.
+type Explicit struct {
+	Nodes []ExplicitNode `yaml:"nodes"`
+	Links []ExplicitLink `yaml:"links"`
+}
+
+// ExplicitNode is a host or a switch. A host's ports are its NICs (default
+// 1); a switch's ports must be given. Names may not contain ':'.
+type ExplicitNode struct {
+	Name  string `yaml:"name"`
+	Kind  string `yaml:"kind"`  // host | switch
+	Ports int    `yaml:"ports"` // host: NICs (default 1); switch: ports (required)
+	Tier  string `yaml:"tier"`  // switch: leaf | spine | core, or empty for untiered
+}
+
+// ExplicitLink is one cable. An end is "node" (the node's first free port,
+// or for a host its first NIC without a cable) or "node:i" (port i, or NIC
+// i of a host).
+type ExplicitLink struct {
+	A      string  `yaml:"a"`
+	B      string  `yaml:"b"`
+	Rate   string  `yaml:"rate"`   // default: the spec's rate
+	Length float64 `yaml:"length"` // metres; default: cable_m of the tier the link joins
+}
+
+// Defaults.
+const (
+	DefaultRate          = NDR
+	DefaultSwitchLatency = 250 * time.Nanosecond
+	DefaultMTU           = 4096
+	defaultHostLeafM     = 3
+	defaultLeafSpineM    = 20
+	defaultSpineCoreM    = 50
+)
+
+// maxPorts bounds the graphs Build makes (switch and NIC ports, 16 Mi:
+// a 3-tier tree of 144-port switches has 4.5 Mi), so that a typo in k
+// fails with an error instead of exhausting memory.
+const maxPorts = 1 << 24
+
+// ErrSpec is wrapped by every error about a spec's content.
+var ErrSpec = errors.New("bad topology spec")
+
+// FieldError is a spec field with a value Build or Parse cannot use.
+type FieldError struct {
+	Field string // the path in the file: "fattree.k", "explicit.links[3].rate"
+	Value string // the value as written; empty when missing or not scalar
+	Want  string // what would be accepted
+	Line  int    // line in the file, when known
+}
+
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Field)
+	b.WriteString(": ")
+	if e.Value != "" {
+		b.WriteString(e.Value)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Want)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, " (line %d)", e.Line)
+	}
+	return b.String()
+}
+
+func (e *FieldError) Unwrap() error { return ErrSpec }
+
+// bad makes a FieldError for field, with its line if the spec came from a
+// file.
+func (s *Spec) bad(field string, value any, format string, args ...any) error {
+	v := ""
+	if value != nil {
+		v = fmt.Sprint(value)
+	}
+	return &FieldError{Field: field, Value: v, Want: fmt.Sprintf(format, args...), Line: s.lines[field]}
+}
+
+// Load reads and parses a spec file. Errors start with the file's name.
+func Load(path string) (*Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Parse reads a spec from YAML. Unknown fields and values of the wrong type
+// are errors naming the field's path and line.
+func Parse(data []byte) (*Spec, error) {
+	// The node tree maps the decoder's line numbers back to field paths;
+	// parsing it first also reports syntax errors before type errors.
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSpec, err)
+	}
+	if root.Kind == 0 {
+		return nil, fmt.Errorf("%w: empty file: want at least kind: fattree, superpod or explicit", ErrSpec)
+	}
+	idx := indexNodes(&root)
+
+	var s Spec
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	err := dec.Decode(&s)
+	var te *yaml.TypeError
+	switch {
+	case errors.As(err, &te):
+		errs := make([]error, 0, len(te.Errors))
+		for _, msg := range te.Errors {
+			errs = append(errs, idx.explain(msg))
+		}
+		return nil, errors.Join(errs...)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrSpec, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err != io.EOF {
+		return nil, fmt.Errorf("%w: more than one YAML document; want one spec per file", ErrSpec)
+	}
+	s.lines = make(map[string]int, len(idx))
+	for _, e := range idx {
+		if _, ok := s.lines[e.path]; !ok {
+			s.lines[e.path] = e.line
+		}
+	}
+	return &s, nil
+}
+
+// yamlEntry is one value of the file: its path, line, the key it is under
+// ("" for a list item) and its node.
+type yamlEntry struct {
+	path string
+	line int
+	key  string
+	val  *yaml.Node
+}
+
+type yamlIndex []yamlEntry
+
+func indexNodes(root *yaml.Node) yamlIndex {
+	var idx yamlIndex
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := k.Value
+				if path != "" {
+					p = path + "." + k.Value
+				}
+				idx = append(idx, yamlEntry{path: p, line: k.Line, key: k.Value, val: v})
+				if v.Line != k.Line {
+					idx = append(idx, yamlEntry{path: p, line: v.Line, key: k.Value, val: v})
+				}
+				walk(v, p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := path + "[" + strconv.Itoa(i) + "]"
+				idx = append(idx, yamlEntry{path: p, line: c.Line, val: c})
+				walk(c, p)
+			}
+		}
+	}
+	walk(root, "")
+	return idx
+}
+
+var (
+	yamlLineRE     = regexp.MustCompile(`^line (\d+): (.*)$`)
+	yamlNotFoundRE = regexp.MustCompile(`^field (\S+) not found in type (\S+)$`)
+	yamlCannotRE   = regexp.MustCompile("^cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
+)
+
+// explain turns one of yaml's "line N: ..." type errors into a FieldError
+// naming the field's path, or returns it as it is if it does not parse.
+func (idx yamlIndex) explain(msg string) error {
+	m := yamlLineRE.FindStringSubmatch(msg)
+	if m == nil {
+		return fmt.Errorf("%w: %s", ErrSpec, msg)
+	}
+	line, _ := strconv.Atoi(m[1])
+	if f := yamlNotFoundRE.FindStringSubmatch(m[2]); f != nil {
+		for _, e := range idx {
+			if e.line == line && e.key == f[1] {
+				return &FieldError{Field: e.path, Want: "unknown field; known fields are " + knownFields(f[2]), Line: line}
+			}
+		}
+	}
+	if c := yamlCannotRE.FindStringSubmatch(m[2]); c != nil {
+		tag, value, into := c[1], c[2], c[3]
+		prefix := strings.TrimSuffix(value, "...")
+		for _, e := range idx {
+			if e.line != line {
+				continue
+			}
+			ok := false
+			switch tag {
+			case "seq":
+				ok = e.val.Kind == yaml.SequenceNode
+			case "map":
+				ok = e.val.Kind == yaml.MappingNode
+			default:
+				ok = e.val.Kind == yaml.ScalarNode && strings.HasPrefix(e.val.Value, prefix)
+			}
+			if ok {
+				v := e.val.Value
+				switch e.val.Kind {
+				case yaml.SequenceNode:
+					v = "a list"
+				case yaml.MappingNode:
+					v = "a mapping"
+				}
+				return &FieldError{Field: e.path, Value: v, Want: "want " + goTypeWords(into), Line: line}
+			}
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrSpec, msg)
+}
+
+// specTypes are the types a spec decodes into, for the list of known fields
+// an unknown-field error gives.
+var specTypes = []reflect.Type{
+	reflect.TypeFor[Spec](), reflect.TypeFor[CableLengths](), reflect.TypeFor[FatTree](),
+	reflect.TypeFor[SuperPOD](), reflect.TypeFor[Explicit](), reflect.TypeFor[ExplicitNode](),
+	reflect.TypeFor[ExplicitLink](),
+}
+
+func knownFields(typeName string) string {
+	for _, t := range specTypes {
+		if t.String() != typeName {
+			continue
+		}
+		var names []string
+		for f := range t.Fields() {
+			if tag := f.Tag.Get("yaml"); tag != "" {
+				names = append(names, tag)
+			}
+		}
+		return strings.Join(names, ", ")
+	}
+	return "those of " + typeName
+}
+
+func goTypeWords(t string) string {
+	switch {
+	case t == "time.Duration":
+		return "a duration such as 250ns"
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
+	case t == "string":
+		return "a string"
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case strings.HasPrefix(t, "topo."):
+		return "a mapping"
+	}
+	return t
+}
