@@ -49,7 +49,7 @@ func newRootCmd() *cobra.Command {
 		},
 	}
 	addDemoFlags(root, &demoOpt)
-	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newVersionCmd())
+	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newSimCmd(), newVersionCmd())
 	return root
 }
 

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const superpod1SU = "../../examples/superpod-1su.yaml"
+
+func TestSimTopo(t *testing.T) {
+	var buf bytes.Buffer
+	if err := runSimTopo(&buf, superpod1SU, false); err != nil {
+		t.Fatal(err)
+	}
+	const want = `topology  superpod-1su (superpod, 2 switch tiers)
+hosts     31
+GPUs      248 (one NIC each)
+NICs      248
+
+switches       count   ports used
+leaf               8   504 of 512
+spine              4   256 of 256
+total             12   760 of 768
+
+links          count   capacity
+host-leaf        248   99.2 Tb/s
+leaf-spine       256   102.4 Tb/s
+total            504   201.6 Tb/s
+
+bisection 49.6 Tb/s per direction
+MTU 4096, switch latency 250ns
+check: ok
+`
+	if got := buf.String(); got != want {
+		t.Errorf("ibex sim topo %s:\n%s\nwant:\n%s", superpod1SU, got, want)
+	}
+}
+
+func TestSimTopoJSON(t *testing.T) {
+	out, err := run(t, "sim", "topo", "--json", "../../examples/fattree-3tier-k16.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		File     string `json:"file"`
+		Kind     string `json:"kind"`
+		Tiers    int    `json:"tiers"`
+		Hosts    int    `json:"hosts"`
+		Switches struct {
+			Leaf, Spine, Core, Total int
+		} `json:"switches"`
+		Links struct {
+			HostLeaf  int `json:"host_leaf"`
+			LeafSpine int `json:"leaf_spine"`
+			SpineCore int `json:"spine_core"`
+		} `json:"links"`
+		Bisection int64    `json:"bisection_bps"`
+		Check     string   `json:"check"`
+		Problems  []string `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r.Kind != "fattree" || r.Tiers != 3 || r.Hosts != 1024 || r.Switches.Leaf != 128 || r.Switches.Spine != 128 ||
+		r.Switches.Core != 64 || r.Switches.Total != 320 || r.Links.HostLeaf != 1024 || r.Links.LeafSpine != 1024 ||
+		r.Links.SpineCore != 1024 || r.Bisection != 1024*200e9/2 || r.Check != "ok" || r.Problems != nil {
+		t.Errorf("unexpected report %+v\n%s", r, out)
+	}
+}
+
+// badTopo writes an explicit topology with two problems: a switch with
+// more cables than ports and a host that reaches no other.
+func badTopo(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	const spec = `kind: explicit
+explicit:
+  nodes:
+    - {name: h0, kind: host}
+    - {name: h1, kind: host}
+    - {name: h2, kind: host}
+    - {name: sw0, kind: switch, ports: 1}
+    - {name: sw1, kind: switch, ports: 2}
+  links:
+    - {a: h0, b: sw0}
+    - {a: h1, b: sw0}
+    - {a: h2, b: sw1}
+`
+	if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestSimTopoProblems(t *testing.T) {
+	path := badTopo(t)
+	var buf bytes.Buffer
+	err := runSimTopo(&buf, path, false)
+	if err == nil || err.Error() != path+": check found 2 problems" {
+		t.Errorf("err = %v, want %q", err, path+": check found 2 problems")
+	}
+	wantLines := []string{
+		"check: 2 problems",
+		"  switch sw0: 2 cables on 1 port",
+		"  host h2: cannot reach host h0",
+	}
+	out := buf.String()
+	if !strings.HasSuffix(out, strings.Join(wantLines, "\n")+"\n") {
+		t.Errorf("output ends:\n%s\nwant:\n%s", out, strings.Join(wantLines, "\n"))
+	}
+	if !strings.Contains(out, "bisection not computed for explicit topologies") {
+		t.Errorf("output:\n%s", out)
+	}
+
+	buf.Reset()
+	if err := runSimTopo(&buf, path, true); err == nil {
+		t.Error("--json: no error")
+	}
+	var r struct {
+		Check         string   `json:"check"`
+		Problems      []string `json:"problems"`
+		ProblemsTotal int      `json:"problems_total"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Check != "failed" || r.ProblemsTotal != 2 || len(r.Problems) != 2 || r.Problems[1] != "host h2: cannot reach host h0" {
+		t.Errorf("--json report %+v", r)
+	}
+}
+
+func TestSimTopoExit(t *testing.T) {
+	path := badTopo(t)
+	stdout, stderr, code := runMain(t, "sim", "topo", path)
+	if code != 1 || stderr != "ibex: "+path+": check found 2 problems\n" || !strings.Contains(stdout, "check: 2 problems") {
+		t.Errorf("exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
+	}
+	bad := filepath.Join(t.TempDir(), "k.yaml")
+	if err := os.WriteFile(bad, []byte("kind: fattree\nfattree: {k: 63}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code = runMain(t, "sim", "topo", bad)
+	if want := "ibex: " + bad + ": fattree.k: 63: want an even number of ports >= 4 and <= 65536 (line 2)\n"; code != 1 || stderr != want || stdout != "" {
+		t.Errorf("exit %d, stderr %q (want %q), stdout %q", code, stderr, want, stdout)
+	}
+	stdout, _, code = runMain(t, "sim", "topo", superpod1SU)
+	if code != 0 || !strings.HasSuffix(stdout, "check: ok\n") {
+		t.Errorf("exit %d, stdout:\n%s", code, stdout)
+	}
+}
+
+func TestSimHelp(t *testing.T) {
+	out, err := run(t, "sim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "Usage:") || !strings.Contains(out, "topo ") {
+		t.Errorf("ibex sim:\n%s", out)
+	}
+	if _, err := run(t, "sim", "topo"); err == nil || !strings.Contains(err.Error(), "accepts 1 arg") {
+		t.Errorf("ibex sim topo without FILE: err = %v", err)
+	}
+}
