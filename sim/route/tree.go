@@ -12,8 +12,8 @@ import (
 type span struct{ lo, hi int32 }
 
 // source is a neighbour of the switch being built: a child (its down set,
-// spans tb.down[a:a+n]) or a parent (its routes, segments r.segs[a:a+n]),
-// with the alive cables to it, tb.pbuf[p0:p1].
+// spans tb.down[a:a+n]) or a parent (its heights, tb.heights[a:a+n]), with
+// the alive cables to it, tb.pbuf[p0:p1].
 type source struct {
 	peer   topo.NodeID
 	p0, p1 int32
@@ -37,6 +37,12 @@ type treeBuilder struct {
 	// sorted and disjoint.
 	down     []span
 	dOff, dN []int32
+	// heights: switch i's segments with the ports left out and equal
+	// neighbours merged, heights[hOff[i]:hOff[i]+hN[i]]: all a child needs
+	// of a parent, and a few entries where a spine has one segment per
+	// leaf below it.
+	heights  []segment
+	hOff, hN []int32
 	spans    []span
 	pairs    []peerPort
 	pbuf     []topo.PortID
@@ -100,6 +106,8 @@ func (r *Router) buildTree() error {
 	nsw := len(g.Nodes) - int(tb.sw0)
 	tb.dOff = make([]int32, nsw)
 	tb.dN = make([]int32, nsw)
+	tb.hOff = make([]int32, nsw)
+	tb.hN = make([]int32, nsw)
 	for t := topo.TierLeaf; t <= topo.TierCore; t++ {
 		for _, id := range tb.byTier[t] {
 			tb.downSet(id, t)
@@ -257,9 +265,9 @@ func (tb *treeBuilder) routes(id topo.NodeID, t topo.Tier) {
 		s.p1 = int32(len(tb.pbuf))
 		switch g.Nodes[m].Tier {
 		case t + 1:
-			pi := &r.info[m-r.nic0]
-			s.a, s.n = pi.seg0, pi.nseg
-			for _, sg := range r.segs[s.a : s.a+s.n] {
+			j := m - tb.sw0
+			s.a, s.n = tb.hOff[j], tb.hN[j]
+			for _, sg := range tb.heights[s.a : s.a+s.n] {
 				tb.bps = append(tb.bps, sg.lo)
 			}
 			tb.ups = append(tb.ups, s)
@@ -303,10 +311,10 @@ func (tb *treeBuilder) routes(id topo.NodeID, t topo.Tier) {
 				best := uint8(hNone)
 				for k := range tb.ups {
 					s := &tb.ups[k]
-					for s.cur+1 < s.n && r.segs[s.a+s.cur+1].lo <= lo {
+					for s.cur+1 < s.n && tb.heights[s.a+s.cur+1].lo <= lo {
 						s.cur++
 					}
-					s.h = r.segs[s.a+s.cur].h
+					s.h = tb.heights[s.a+s.cur].h
 					best = min(best, s.h)
 				}
 				if best != hNone {
@@ -323,6 +331,15 @@ func (tb *treeBuilder) routes(id topo.NodeID, t topo.Tier) {
 		tb.add(seg0, lo, h, cur)
 	}
 	inf.seg0, inf.nseg = seg0, int32(len(r.segs))-seg0
+	i := id - tb.sw0
+	tb.hOff[i] = int32(len(tb.heights))
+	for _, sg := range r.segs[seg0:] {
+		if k := len(tb.heights) - 1; k >= int(tb.hOff[i]) && tb.heights[k].h == sg.h {
+			continue
+		}
+		tb.heights = append(tb.heights, segment{lo: sg.lo, h: sg.h})
+	}
+	tb.hN[i] = int32(len(tb.heights)) - tb.hOff[i]
 }
 
 // add appends a segment to the switch's list (which began at seg0),
