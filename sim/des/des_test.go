@@ -34,14 +34,14 @@ func TestQueueOrder(t *testing.T) {
 	for round := range 20000 {
 		if rng.IntN(3) > 0 || q.Len() == 0 {
 			at := Time(rng.IntN(50)) // few distinct times: many ties
-			q.Push(Event{At: at, A: int32(ord)})
+			q.Push(NewEvent(at, uint16(ord), int32(ord), 0, 0))
 			want = append(want, ref{at, ord})
 			ord++
 			continue
 		}
 		slices.SortStableFunc(want, func(a, b ref) int { return int(a.at - b.at) })
 		e := q.Pop()
-		if e.At != want[0].at || int(e.A) != want[0].ord {
+		if e.At != want[0].at || int(e.A) != want[0].ord || e.Kind() != uint16(want[0].ord) {
 			t.Fatalf("round %d: popped (%v, %d), want (%v, %d) (seed %d)", round, e.At, e.A, want[0].at, want[0].ord, seed)
 		}
 		want = want[1:]
