@@ -117,23 +117,7 @@ func TestDModKBalance(t *testing.T) {
 			}
 
 			// All to all: routes per (link, direction), by the port they leave.
-			load := map[topo.PortID]int{}
-			var buf []topo.PortID
-			for s := range g.NumNICs {
-				for d := range g.NumNICs {
-					if s == d {
-						continue
-					}
-					path, err := r.Path(nic(g, s), nic(g, d), PolicyDModK, 0, buf[:0])
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, p := range path {
-						load[p]++
-					}
-					buf = path
-				}
-			}
+			load := allToAllLoad(t, g, r)
 			want := -1
 			for l := range g.Links {
 				lk := &g.Links[l]
@@ -203,23 +187,7 @@ func TestDModKShift(t *testing.T) {
 func TestDModKSuperPODSpread(t *testing.T) {
 	g := build(t, "kind: superpod\nsuperpod: {sus: 1, reserved_slots: 0}\n")
 	r := mustNew(t, g)
-	load := make([]int, len(g.Ports))
-	var buf []topo.PortID
-	for s := range g.NumNICs {
-		for d := range g.NumNICs {
-			if s == d {
-				continue
-			}
-			path, err := r.Path(nic(g, s), nic(g, d), PolicyDModK, 0, buf[:0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range path {
-				load[p]++
-			}
-			buf = path
-		}
-	}
+	load := allToAllLoad(t, g, r)
 	lo, hi := len(g.Ports)*g.NumNICs, 0
 	for l := range g.Links {
 		if lk := &g.Links[l]; lk.Tier == topo.LinkLeafSpine {
@@ -357,4 +325,28 @@ func TestNotRoutable(t *testing.T) {
 	if _, err := r.Path(sw, nic(g, 1), PolicyDModK, 0, nil); err == nil {
 		t.Error("Path from a switch: no error")
 	}
+}
+
+// allToAllLoad routes every ordered NIC pair with D-mod-k and counts the
+// routes leaving each port.
+func allToAllLoad(t *testing.T, g *topo.Graph, r *Router) []int {
+	t.Helper()
+	load := make([]int, len(g.Ports))
+	var buf []topo.PortID
+	for s := range g.NumNICs {
+		for d := range g.NumNICs {
+			if s == d {
+				continue
+			}
+			path, err := r.Path(nic(g, s), nic(g, d), PolicyDModK, 0, buf[:0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range path {
+				load[p]++
+			}
+			buf = path
+		}
+	}
+	return load
 }
