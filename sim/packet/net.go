@@ -1,0 +1,587 @@
+package packet
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/route"
+	"github.com/ibex-rdma/ibex/sim/topo"
+)
+
+// Event kinds. The fabric's come first; the workload's follow.
+const (
+	evPort     uint16 = iota + 1 // A: port. The port finished a packet, or credit or a packet became ready.
+	evArrive                     // A: packet, B: input port. Head (switch) or tail (NIC) of a packet arrives.
+	evChunk                      // A: chunk. All of a message is in the receiver's memory.
+	evSlot                       // A: connection. A consumed message's slot is back at the sender.
+	evSendDone                   // A: proc. A send is acknowledged.
+	evFail                       // A: link. The link goes down.
+	evNVLink                     // A: chunk. A message over NVLink is in the receiver's memory.
+)
+
+// ErrDrop is what a dropped packet would report. InfiniBand's link layer
+// never drops: a port sends only with credit. The engine has no code path
+// that drops a packet; Verify checks that every packet injected was
+// delivered, and this error is what it wraps if not.
+var ErrDrop = errors.New("packet lost in a lossless fabric")
+
+// oport is the sending side of one port: what it is cabled to, and its
+// state and counters.
+type oport struct {
+	peer   topo.PortID
+	link   topo.LinkID
+	rate   int64    // bits/s
+	prop   des.Time // cable delay
+	sw     bool     // a switch port: forwarded packets free an input buffer
+	toSw   bool     // the peer is a switch port
+	dead   bool
+	cabled bool
+	nic    int32 // the NIC's index for a NIC port; -1 for a switch port
+
+	busyUntil  des.Time
+	evAt       des.Time // earliest evPort scheduled and not yet handled; 0: none
+	queued     int64    // bytes queued (adaptive routing's load)
+	npk        int32    // packets queued, all VLs
+	rr         uint8    // VL whose turn it is
+	left       uint8    // packets left in its turn
+	stallSince des.Time // -1: not waiting for credit
+
+	// Counters, as a port's PortXmitData, PortXmitPkts, busy time and
+	// PortXmitWait (time with data to send and no credit).
+	txBytes int64
+	txPkts  int64
+	busy    des.Time
+	stall   des.Time
+}
+
+// packet is one packet in flight. Packets live in a pool and are named by
+// index, so that queues and events carry an int32.
+type packet struct {
+	tail    des.Time // when its tail reaches the input port it is at
+	ready   des.Time // earliest start at the output port it is queued on (cut-through)
+	chunk   int32    // the message it belongs to
+	qp      int32
+	dst     topo.NodeID
+	in      topo.PortID // the input port whose buffer holds it
+	wire    int32       // bytes on the wire, headers included
+	payload int32
+	vl      uint8
+}
+
+// Net is the packet-level fabric of one run: ports with per-VL credits
+// and queues, output-queued switches, NICs injecting from their QPs.
+type Net struct {
+	g   *topo.Graph
+	r   *route.Router
+	p   Params
+	sim *des.Sim
+	w   *work
+
+	nv      int      // VLs
+	cap     int32    // buffer per input port per VL, credits
+	lat     des.Time // switch port to port
+	nic0    topo.NodeID
+	weights []uint8
+
+	ports []oport
+	q     []fifo    // per port × VL: switch output queues (packet IDs)
+	cred  []int32   // per port × VL: credits in hand at the sending side
+	ret   []credits // per port × VL: credits on their way back
+	occ   []int32   // per port × VL: receive buffer in use at the receiving side, credits
+
+	pkts []packet
+	free []int32
+
+	nics []nicState // by NIC index
+	qps  []qp
+
+	load func(topo.PortID) int64
+
+	// Conservation counters.
+	injected, delivered         int64 // payload bytes
+	injectedPkts, deliveredPkts int64
+	maxOcc                      int32
+	err                         error
+}
+
+type nicState struct {
+	port   topo.PortID
+	active fifo // QPs with messages to send, round-robin
+}
+
+type qp struct {
+	nic     int32
+	port    topo.PortID
+	src     topo.NodeID
+	dst     topo.NodeID
+	hash    uint64
+	vl      uint8
+	active  bool
+	msgs    fifo // chunk IDs
+	off     int32
+	readyAt des.Time
+}
+
+// newNet builds the fabric state for g.
+func newNet(g *topo.Graph, r *route.Router, p Params, sim *des.Sim) (*Net, error) {
+	n := &Net{g: g, r: r, p: p, sim: sim, nv: p.VLs, lat: des.Time(g.SwitchLatency.Nanoseconds()) * des.Nanosecond,
+		nic0: topo.NodeID(g.NumHosts)}
+	pkt := g.MTU + p.HeaderBytes + p.FirstBytes
+	n.cap = int32(p.Buffer / p.CreditUnit)
+	if int(n.cap)*p.CreditUnit < pkt {
+		return nil, fmt.Errorf("packet: buffer %d bytes per VL holds %d credits of %d bytes, less than one %d-byte packet (MTU %d and headers): the link could never send",
+			p.Buffer, n.cap, p.CreditUnit, pkt, g.MTU)
+	}
+	n.weights = make([]uint8, n.nv)
+	for i := range n.weights {
+		n.weights[i] = 1
+		if p.VLWeights != nil {
+			n.weights[i] = uint8(p.VLWeights[i])
+		}
+	}
+	np := len(g.Ports)
+	n.ports = make([]oport, np)
+	n.q = make([]fifo, np*n.nv)
+	n.cred = make([]int32, np*n.nv)
+	n.ret = make([]credits, np*n.nv)
+	n.occ = make([]int32, np*n.nv)
+	for i := range n.ports {
+		gp := &g.Ports[i]
+		op := &n.ports[i]
+		op.peer, op.link, op.stallSince = gp.Peer, gp.Link, -1
+		op.sw = g.Nodes[gp.Node].Kind == topo.KindSwitch
+		op.nic = -1
+		if g.Nodes[gp.Node].Kind == topo.KindNIC {
+			op.nic = g.Nodes[gp.Node].Index
+		}
+		op.left = n.weights[0]
+		if gp.Link == topo.NoLink || gp.Peer == topo.NoPort {
+			continue
+		}
+		l := &g.Links[gp.Link]
+		op.cabled = true
+		op.rate = int64(l.Rate)
+		op.prop = des.Time(float64(l.Length) * p.PropNsPerM * float64(des.Nanosecond))
+		op.toSw = g.Nodes[g.Ports[gp.Peer].Node].Kind == topo.KindSwitch
+		op.dead = r.Dead(gp.Link)
+		for v := range n.nv {
+			n.cred[i*n.nv+v] = n.cap
+		}
+	}
+	n.nics = make([]nicState, g.NumNICs)
+	for i := range n.nics {
+		n.nics[i].port = g.Nodes[n.nic0+topo.NodeID(i)].FirstPort
+	}
+	n.load = n.portLoad
+	return n, nil
+}
+
+// ser is how long port op takes to send wire bytes.
+func (op *oport) ser(wire int32) des.Time {
+	return des.Time(int64(wire) * 8 * int64(des.Second) / op.rate)
+}
+
+// portLoad is adaptive routing's measure: bytes queued plus what is left
+// of the packet on the wire.
+func (n *Net) portLoad(p topo.PortID) int64 {
+	op := &n.ports[p]
+	l := op.queued
+	if now := n.sim.Now(); op.busyUntil > now {
+		l += int64(op.busyUntil-now) * op.rate / (8 * int64(des.Second))
+	}
+	return l
+}
+
+// abort stops the run with err (the first one wins).
+func (n *Net) abort(err error) {
+	if n.err == nil {
+		n.err = err
+	}
+}
+
+// schedPort makes sure port p is looked at no later than t.
+func (n *Net) schedPort(p topo.PortID, t des.Time) {
+	op := &n.ports[p]
+	if op.evAt != 0 && op.evAt <= t {
+		return
+	}
+	op.evAt = t
+	n.sim.After(t-n.sim.Now(), evPort, int32(p), 0, 0)
+}
+
+func (n *Net) onPort(p topo.PortID) {
+	op := &n.ports[p]
+	if op.evAt == n.sim.Now() {
+		op.evAt = 0
+	}
+	n.kick(p)
+}
+
+// haveCredit says whether port×VL i has units of credit, taking in the
+// returns that are due.
+func (n *Net) haveCredit(i int, units int32) bool {
+	if n.cred[i] >= units {
+		return true
+	}
+	if !n.ret[i].empty() {
+		n.cred[i] += n.ret[i].take(n.sim.Now())
+	}
+	return n.cred[i] >= units
+}
+
+// returnCredit sends units of VL vl's credit back from the receiving side
+// of a link to port up, arriving at at.
+func (n *Net) returnCredit(up topo.PortID, vl uint8, at des.Time, units int32) {
+	n.ret[int(up)*n.nv+int(vl)].add(at, units)
+	op := &n.ports[up]
+	if op.stallSince >= 0 {
+		n.schedPort(up, at)
+	}
+}
+
+// units is the credits a packet of wire bytes takes.
+func (n *Net) units(wire int32) int32 {
+	return (wire + int32(n.p.CreditUnit) - 1) / int32(n.p.CreditUnit)
+}
+
+// kick starts the next packet at port p if it is idle and something can
+// go; otherwise it makes sure the port is looked at again when it could.
+func (n *Net) kick(p topo.PortID) {
+	op := &n.ports[p]
+	now := n.sim.Now()
+	if op.busyUntil > now {
+		if n.hasWork(op) {
+			n.schedPort(p, op.busyUntil)
+		}
+		return
+	}
+	if op.nic >= 0 {
+		n.kickNIC(p, op)
+		return
+	}
+	if op.npk == 0 {
+		return
+	}
+	var wake des.Time
+	blocked := false
+	base := int(p) * n.nv
+	for k := range n.nv {
+		vl := (int(op.rr) + k) % n.nv
+		q := &n.q[base+vl]
+		if q.empty() {
+			continue
+		}
+		id := q.front()
+		pk := &n.pkts[id]
+		if pk.ready > now {
+			wake = earliest(wake, pk.ready)
+			continue
+		}
+		u := n.units(pk.wire)
+		if !n.haveCredit(base+vl, u) {
+			blocked = true
+			if r := &n.ret[base+vl]; !r.empty() {
+				wake = earliest(wake, r.next())
+			}
+			continue
+		}
+		q.pop()
+		op.npk--
+		op.queued -= int64(pk.wire)
+		n.turn(op, vl)
+		n.transmit(p, op, id, pk, u)
+		return
+	}
+	n.idle(p, op, blocked, wake)
+}
+
+// idle records why port p could not send and when to look again.
+func (n *Net) idle(p topo.PortID, op *oport, blocked bool, wake des.Time) {
+	if blocked && op.stallSince < 0 {
+		op.stallSince = n.sim.Now()
+	}
+	if wake > 0 {
+		n.schedPort(p, wake)
+	}
+}
+
+func earliest(a, b des.Time) des.Time {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
+}
+
+// turn charges a packet sent on vl to the VL arbitration: a VL keeps the
+// port for its weight in packets while it has traffic, then the next VL
+// with traffic gets its turn.
+func (n *Net) turn(op *oport, vl int) {
+	if n.nv == 1 {
+		return
+	}
+	if int(op.rr) != vl {
+		op.rr, op.left = uint8(vl), n.weights[vl]
+	}
+	op.left--
+	if op.left == 0 {
+		op.rr = uint8((vl + 1) % n.nv)
+		op.left = n.weights[op.rr]
+	}
+}
+
+// transmit puts packet id on port p's wire now.
+func (n *Net) transmit(p topo.PortID, op *oport, id int32, pk *packet, u int32) {
+	now := n.sim.Now()
+	vl := int(pk.vl)
+	i := int(p)*n.nv + vl
+	n.cred[i] -= u
+	if n.cred[i] < 0 {
+		panic(fmt.Sprintf("packet: port %s VL %d: credits %d below zero", n.g.PortName(p), vl, n.cred[i]))
+	}
+	ser := op.ser(pk.wire)
+	end := now + ser
+	op.busyUntil = end
+	op.busy += ser
+	op.txBytes += int64(pk.wire)
+	op.txPkts++
+	if op.stallSince >= 0 {
+		op.stall += now - op.stallSince
+		op.stallSince = -1
+	}
+	if op.sw {
+		// The packet leaves the input buffer it was in as it is sent; its
+		// credit goes back over that input's cable when it has left.
+		in := pk.in
+		n.occ[int(in)*n.nv+vl] -= u
+		up := n.ports[in].peer
+		n.returnCredit(up, pk.vl, end+n.ports[in].prop, u)
+	}
+	peer := op.peer
+	j := int(peer)*n.nv + vl
+	n.occ[j] += u
+	if n.occ[j] > n.maxOcc {
+		n.maxOcc = n.occ[j]
+		if n.occ[j] > n.cap {
+			panic(fmt.Sprintf("packet: port %s VL %d: buffer %d credits over its %d", n.g.PortName(peer), vl, n.occ[j], n.cap))
+		}
+	}
+	pk.in = peer
+	pk.tail = end + op.prop
+	if op.toSw {
+		n.sim.After(op.prop+n.lat, evArrive, id, int32(peer), 0)
+	} else {
+		n.sim.After(ser+op.prop, evArrive, id, int32(peer), 0)
+	}
+	if n.hasWork(op) {
+		n.schedPort(p, end)
+	}
+}
+
+// hasWork says whether port op has packets queued (a switch port) or QPs
+// with messages (a NIC port).
+func (n *Net) hasWork(op *oport) bool {
+	if op.nic >= 0 {
+		return !n.nics[op.nic].active.empty()
+	}
+	return op.npk > 0
+}
+
+// arrive handles a packet reaching input port in: at a switch its head
+// (after the port-to-port latency), at a NIC its tail.
+func (n *Net) arrive(id int32, in topo.PortID) {
+	pk := &n.pkts[id]
+	node := n.g.Ports[in].Node
+	if n.g.Nodes[node].Kind != topo.KindSwitch {
+		n.deliver(id, pk, in)
+		return
+	}
+	var out topo.PortID
+	switch n.p.Routing {
+	case RouteDModK:
+		out = n.r.DModK(node, pk.dst)
+	case RouteECMP:
+		out = n.r.ECMP(node, pk.dst, n.qps[pk.qp].hash)
+	default:
+		out = n.r.Adaptive(node, pk.dst, n.load)
+	}
+	if out == topo.NoPort || n.ports[out].dead {
+		n.abort(fmt.Errorf("packet: at %v %s has no route to %s (failed links: %d): %w",
+			n.sim.Now(), n.g.NodeName(node), n.g.NodeName(pk.dst), len(n.r.Failed()), route.ErrUnreachable))
+		return
+	}
+	n.enqueue(out, id, pk)
+}
+
+// enqueue queues packet id at switch output port out.
+func (n *Net) enqueue(out topo.PortID, id int32, pk *packet) {
+	op := &n.ports[out]
+	// Cut-through: the packet may start once its head is here, but may not
+	// finish before its tail has arrived.
+	pk.ready = pk.tail + n.lat - op.ser(pk.wire)
+	n.q[int(out)*n.nv+int(pk.vl)].push(id)
+	op.npk++
+	op.queued += int64(pk.wire)
+	n.kick(out)
+}
+
+// deliver takes a packet's tail at a NIC: the NIC drains at line rate, so
+// the credit goes straight back.
+func (n *Net) deliver(id int32, pk *packet, in topo.PortID) {
+	u := n.units(pk.wire)
+	n.occ[int(in)*n.nv+int(pk.vl)] -= u
+	up := n.ports[in].peer
+	n.returnCredit(up, pk.vl, n.sim.Now()+n.ports[in].prop, u)
+	n.delivered += int64(pk.payload)
+	n.deliveredPkts++
+	chunk, payload := pk.chunk, pk.payload
+	n.free = append(n.free, id)
+	n.w.packetIn(chunk, payload)
+}
+
+// post queues message chunk on QP q; its first packet may leave after the
+// QP's message overhead.
+func (n *Net) post(q int32, chunk int32) {
+	qq := &n.qps[q]
+	qq.msgs.push(chunk)
+	if !qq.active {
+		qq.active = true
+		qq.readyAt = max(qq.readyAt, n.sim.Now()+n.p.MsgOverhead)
+		n.nics[qq.nic].active.push(q)
+		n.kick(qq.port)
+	}
+}
+
+// kickNIC sends the next packet of the NIC whose port is p: its QPs take
+// turns a packet each.
+func (n *Net) kickNIC(p topo.PortID, op *oport) {
+	ns := &n.nics[op.nic]
+	if ns.active.empty() {
+		return
+	}
+	if op.dead {
+		q := &n.qps[ns.active.front()]
+		n.abort(fmt.Errorf("packet: at %v the link of %s is down and it has messages for %s: %w",
+			n.sim.Now(), n.g.NodeName(q.src), n.g.NodeName(q.dst), route.ErrUnreachable))
+		return
+	}
+	now := n.sim.Now()
+	var wake des.Time
+	blocked := false
+	for range ns.active.len() {
+		qi := ns.active.pop()
+		q := &n.qps[qi]
+		if q.readyAt > now {
+			wake = earliest(wake, q.readyAt)
+			ns.active.push(qi)
+			continue
+		}
+		c := &n.w.chunks[q.msgs.front()]
+		payload := min(int32(n.g.MTU), c.bytes-q.off)
+		wire := payload + int32(n.p.HeaderBytes)
+		if q.off == 0 {
+			wire += int32(n.p.FirstBytes)
+		}
+		u := n.units(wire)
+		i := int(p)*n.nv + int(q.vl)
+		if !n.haveCredit(i, u) {
+			blocked = true
+			if r := &n.ret[i]; !r.empty() {
+				wake = earliest(wake, r.next())
+			}
+			ns.active.push(qi)
+			continue
+		}
+		id := n.newPacket()
+		pk := &n.pkts[id]
+		*pk = packet{chunk: q.msgs.front(), qp: qi, dst: q.dst, in: topo.NoPort, wire: wire, payload: payload, vl: q.vl}
+		n.injected += int64(payload)
+		n.injectedPkts++
+		q.off += payload
+		if q.off == c.bytes {
+			q.msgs.pop()
+			q.off = 0
+			q.readyAt = now + op.ser(wire) + n.p.MsgOverhead
+			if q.msgs.empty() {
+				q.active = false
+			}
+		}
+		if q.active {
+			ns.active.push(qi)
+		}
+		n.transmit(p, op, id, pk, u)
+		return
+	}
+	n.idle(p, op, blocked, wake)
+}
+
+func (n *Net) newPacket() int32 {
+	if k := len(n.free); k > 0 {
+		id := n.free[k-1]
+		n.free = n.free[:k-1]
+		return id
+	}
+	n.pkts = append(n.pkts, packet{})
+	return int32(len(n.pkts) - 1)
+}
+
+// fail takes link l down now: routes are recomputed without it, and the
+// packets queued for it are routed again at their switch. Packets already
+// on its wire arrive.
+func (n *Net) fail(l topo.LinkID) {
+	r, err := n.r.WithFailed(l)
+	var unreachable *route.UnreachableError
+	if err != nil && !errors.As(err, &unreachable) {
+		n.abort(fmt.Errorf("packet: failing %s: %w", n.g.LinkName(l), err))
+		return
+	}
+	n.r = r
+	lk := &n.g.Links[l]
+	for _, p := range []topo.PortID{lk.A, lk.B} {
+		op := &n.ports[p]
+		op.dead = true
+		if !op.sw {
+			continue
+		}
+		node := n.g.Ports[p].Node
+		for v := range n.nv {
+			q := &n.q[int(p)*n.nv+v]
+			for !q.empty() {
+				id := q.pop()
+				pk := &n.pkts[id]
+				op.npk--
+				op.queued -= int64(pk.wire)
+				var out topo.PortID
+				switch n.p.Routing {
+				case RouteDModK:
+					out = n.r.DModK(node, pk.dst)
+				case RouteECMP:
+					out = n.r.ECMP(node, pk.dst, n.qps[pk.qp].hash)
+				default:
+					out = n.r.Adaptive(node, pk.dst, n.load)
+				}
+				if out == topo.NoPort {
+					n.abort(fmt.Errorf("packet: at %v, after %s failed, %s has no route to %s: %w",
+						n.sim.Now(), n.g.LinkName(l), n.g.NodeName(node), n.g.NodeName(pk.dst), route.ErrUnreachable))
+					return
+				}
+				n.enqueue(out, id, pk)
+			}
+		}
+		op.stallSince = -1
+	}
+}
+
+// Handle dispatches one event.
+func (n *Net) Handle(s *des.Sim, e des.Event) {
+	switch e.Kind() {
+	case evPort:
+		n.onPort(topo.PortID(e.A))
+	case evArrive:
+		n.arrive(e.A, topo.PortID(e.B))
+	case evFail:
+		n.fail(topo.LinkID(e.A))
+	default:
+		n.w.handle(e)
+	}
+}

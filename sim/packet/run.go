@@ -1,0 +1,396 @@
+// Package packet is ibex's packet-level fabric simulator: InfiniBand links
+// with credit-based flow control per virtual lane, output-queued switches
+// with VL arbitration and cut-through forwarding, NICs whose QPs send RDMA
+// WRITE messages packet by packet, and a workload that runs any coll/algo
+// schedule (or a point-to-point pattern) over chosen GPUs the way NCCL's
+// Simple protocol does: per channel, per connection, messages of one chunk
+// with a bounded number in flight.
+//
+// A run is deterministic: the engine is sim/des, routing is sim/route's
+// (D-mod-k, ECMP by QP hash, or adaptive), and the seed salts the ECMP
+// hashes, so one seed replays a run exactly.
+package packet
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/ibex-rdma/ibex/coll/algo"
+	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/route"
+	"github.com/ibex-rdma/ibex/sim/topo"
+)
+
+// Failure takes a link down at a time.
+type Failure struct {
+	At   des.Time
+	Link topo.LinkID
+}
+
+// Config is one simulated operation.
+type Config struct {
+	Graph  *topo.Graph
+	Router *route.Router // nil: route.New(Graph)
+	Params Params
+	Seed   uint64
+
+	// The workload: Schedule over Bytes (nccl-tests' size: the whole buffer
+	// of all_reduce, broadcast and reduce; all ranks' blocks of
+	// reduce_scatter, all_gather and all_to_all), in elements of ElemSize
+	// bytes (default 4).
+	Schedule *algo.Schedule
+	Bytes    int64
+	ElemSize int
+	// Channels run the schedule side by side, each on 1/Channels of the
+	// data; channel c rotates the ranks within each host by c, so that with
+	// PXN channel c's traffic between hosts uses rail c. Default: the NICs
+	// per host.
+	Channels int
+	// GPUs are the ranks' GPUs, rank r on GPUs[r] (host × GPUs per host +
+	// index), ranks of one host contiguous. Nil: the first Schedule.Ranks
+	// GPUs in order.
+	GPUs []int32
+	// LocalNIC sends between hosts from the sending GPU's own NIC; by
+	// default (PXN, as NCCL on rail-optimized fabrics) from the NIC on the
+	// receiving GPU's rail.
+	LocalNIC bool
+
+	Failures []Failure
+
+	// Trace, if set, receives a Chrome / Perfetto trace (JSON) of the run:
+	// a span per rank's step, up to TraceLimit spans (default 200,000),
+	// and per-link utilisation counters.
+	Trace      io.Writer
+	TraceLimit int
+	// Progress, if set, receives a progress line about every second once a
+	// run has taken more than two.
+	Progress io.Writer
+}
+
+// PortStat is the traffic one port sent.
+type PortStat struct {
+	Port   topo.PortID
+	Name   string // "leaf3:40 -> spine1:3"
+	Tier   topo.LinkTier
+	Bytes  int64 // on the wire, headers included
+	Pkts   int64
+	Util   float64  // busy time over the run's time
+	Wait   des.Time // time with packets to send and no credit (PortXmitWait)
+	Failed bool
+}
+
+// Result is what a run measured.
+type Result struct {
+	Name    string // the schedule or pattern
+	Ranks   int
+	Bytes   int64
+	Time    des.Time // until the last rank finished
+	AlgBW   float64  // bytes/s: Bytes / Time
+	BusBW   float64  // bytes/s: AlgBW × nccl-tests' factor
+	Factor  float64
+	Events  uint64
+	Wall    time.Duration
+	Packets int64 // injected
+	Payload int64 // bytes injected by NICs (equal to delivered: Verify)
+	NVLink  int64 // messages that stayed inside a host
+	// MaxBuffer is the fullest any input buffer got, bytes (never above
+	// Params.Buffer).
+	MaxBuffer int64
+	// Ports are the ports that sent, busiest first.
+	Ports []PortStat
+	// Wait is the total credit-stall time over all ports.
+	Wait des.Time
+}
+
+// EventsPerSec is the simulator's speed on this run.
+func (r *Result) EventsPerSec() float64 { return float64(r.Events) / r.Wall.Seconds() }
+
+// BusFactor is nccl-tests' busbw/algbw factor for collective c over n ranks.
+func BusFactor(c algo.Collective, n int) float64 {
+	if n <= 1 {
+		return 1
+	}
+	switch c {
+	case algo.AllReduce:
+		return 2 * float64(n-1) / float64(n)
+	case algo.ReduceScatter, algo.AllGather, algo.AllToAll:
+		return float64(n-1) / float64(n)
+	}
+	return 1
+}
+
+// ErrConfig is wrapped by errors about a Config.
+var ErrConfig = errors.New("bad simulation config")
+
+// Run simulates cfg and returns what it measured, after checking the
+// run's conservation laws (Verify).
+func Run(cfg Config) (*Result, error) {
+	wall := time.Now()
+	m, err := build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.run(wall); err != nil {
+		return nil, err
+	}
+	if err := m.n.Verify(); err != nil {
+		return nil, err
+	}
+	return m.result(cfg, time.Since(wall)), nil
+}
+
+// model is one run's fabric and workload.
+type model struct {
+	cfg Config
+	sim *des.Sim
+	n   *Net
+	w   *work
+}
+
+func build(cfg Config) (*model, error) {
+	bad := func(format string, args ...any) (*model, error) {
+		return nil, fmt.Errorf("packet: %w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	g, s := cfg.Graph, cfg.Schedule
+	switch {
+	case g == nil:
+		return bad("no topology")
+	case s == nil:
+		return bad("no schedule")
+	case cfg.Bytes < 0:
+		return bad("size %d bytes: want >= 0", cfg.Bytes)
+	case cfg.ElemSize < 0 || cfg.ElemSize > 16:
+		return bad("element size %d: want 1 to 16 (0: 4)", cfg.ElemSize)
+	case cfg.Channels < 0 || cfg.Channels > 64:
+		return bad("channels %d: want 1 to 64 (0: NICs per host)", cfg.Channels)
+	case g.NumHosts == 0 || g.NumNICs == 0:
+		return bad("topology %q has no hosts", g.Name)
+	}
+	p, err := cfg.Params.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	esize := cfg.ElemSize
+	if esize == 0 {
+		esize = 4
+	}
+	gpn := int(g.Nodes[0].NumNICs)
+	for h := range g.NumHosts {
+		if int(g.Nodes[h].NumNICs) != gpn {
+			return bad("topology %q: host %s has %d NICs and %s has %d; the workload needs the same number on every host",
+				g.Name, g.NodeName(0), gpn, g.NodeName(topo.NodeID(h)), g.Nodes[h].NumNICs)
+		}
+	}
+	nch := cfg.Channels
+	if nch == 0 {
+		nch = gpn
+	}
+	pl, err := place(cfg.GPUs, s.Ranks, g.NumNICs, gpn)
+	if err != nil {
+		return nil, err
+	}
+	r := cfg.Router
+	if r == nil {
+		r, err = route.New(g)
+		var u *route.UnreachableError
+		if err != nil && !errors.As(err, &u) {
+			return nil, err
+		}
+	}
+	sim := des.New(cfg.Seed)
+	n, err := newNet(g, r, p, sim)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWork(n, s, cfg.Bytes, esize, nch, pl, !cfg.LocalNIC, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range cfg.Failures {
+		if f.Link < 0 || int(f.Link) >= len(g.Links) {
+			return bad("failure of link %d: the topology has %d links", f.Link, len(g.Links))
+		}
+		if f.At < 0 {
+			return bad("failure of %s at %v: want a time >= 0", g.LinkName(f.Link), f.At)
+		}
+		sim.After(f.At, evFail, int32(f.Link), 0, 0)
+	}
+	if cfg.Trace != nil {
+		w.trace = newTracer(cfg.TraceLimit, g, gpn)
+	}
+	return &model{cfg: cfg, sim: sim, n: n, w: w}, nil
+}
+
+// place checks or makes the rank placement.
+func place(gpus []int32, ranks, total, gpn int) (*placement, error) {
+	if gpus == nil {
+		if ranks > total {
+			return nil, fmt.Errorf("packet: %w: %d ranks but the topology has %d GPUs", ErrConfig, ranks, total)
+		}
+		gpus = make([]int32, ranks)
+		for i := range gpus {
+			gpus[i] = int32(i)
+		}
+	}
+	if len(gpus) != ranks {
+		return nil, fmt.Errorf("packet: %w: %d GPUs given for %d ranks", ErrConfig, len(gpus), ranks)
+	}
+	seen := make(map[int32]bool, len(gpus))
+	pl := &placement{gpus: gpus, hostStart: make([]int32, ranks), hostCount: make([]int32, ranks)}
+	for r, g := range gpus {
+		if g < 0 || int(g) >= total {
+			return nil, fmt.Errorf("packet: %w: rank %d on GPU %d: the topology has %d", ErrConfig, r, g, total)
+		}
+		if seen[g] {
+			return nil, fmt.Errorf("packet: %w: GPU %d holds two ranks", ErrConfig, g)
+		}
+		seen[g] = true
+		if r > 0 && int(g)/gpn == int(gpus[r-1])/gpn {
+			pl.hostStart[r] = pl.hostStart[r-1]
+		} else {
+			if r > 0 && seenHost(gpus[:r], int(g)/gpn, gpn) {
+				return nil, fmt.Errorf("packet: %w: rank %d on GPU %d: the ranks of a host must be contiguous", ErrConfig, r, g)
+			}
+			pl.hostStart[r] = int32(r)
+		}
+	}
+	for r := ranks - 1; r >= 0; r-- {
+		s := pl.hostStart[r]
+		if r == ranks-1 || pl.hostStart[r+1] != s {
+			pl.hostCount[r] = int32(r) - s + 1
+		} else {
+			pl.hostCount[r] = pl.hostCount[r+1]
+		}
+	}
+	return pl, nil
+}
+
+func seenHost(gpus []int32, h, gpn int) bool {
+	for _, g := range gpus {
+		if int(g)/gpn == h {
+			return true
+		}
+	}
+	return false
+}
+
+// run starts every rank and handles events until all are done.
+func (m *model) run(wall time.Time) error {
+	m.w.start()
+	var pr *progress
+	if m.cfg.Progress != nil {
+		pr = &progress{w: m.cfg.Progress, start: wall, next: wall.Add(2 * time.Second)}
+	}
+	k := 0
+	stop := func() bool {
+		if m.n.err != nil {
+			return true
+		}
+		if k++; k&0xffff == 0 && pr != nil {
+			pr.tick(m)
+		}
+		return false
+	}
+	m.sim.Run(m.n, 0, stop)
+	if pr != nil {
+		pr.finish(m)
+	}
+	if m.n.err != nil {
+		return m.n.err
+	}
+	if m.w.left > 0 {
+		return m.stuck()
+	}
+	if m.w.trace != nil {
+		if err := m.w.trace.write(m.cfg.Trace, m); err != nil {
+			return fmt.Errorf("packet: writing the trace: %w", err)
+		}
+	}
+	return nil
+}
+
+// stuck explains a run that ran out of events with ranks unfinished (a
+// schedule whose sends and receives do not match).
+func (m *model) stuck() error {
+	for i := range m.w.procs {
+		p := &m.w.procs[i]
+		if int(p.step) < len(m.w.steps[p.rank]) {
+			return fmt.Errorf("packet: %w: at %v rank %d (channel %d) waits in step %d of %d with %d transfers unfinished and nothing in flight: the schedule's sends and receives do not match",
+				ErrConfig, m.sim.Now(), p.rank, p.ch, p.step, len(m.w.steps[p.rank]), p.pending)
+		}
+	}
+	return fmt.Errorf("packet: %d ranks unfinished", m.w.left)
+}
+
+func (m *model) result(cfg Config, wall time.Duration) *Result {
+	s := cfg.Schedule
+	res := &Result{
+		Name: s.String(), Ranks: s.Ranks, Bytes: cfg.Bytes, Time: m.w.end,
+		Events: m.sim.Events(), Wall: wall, Packets: m.n.injectedPkts, Payload: m.n.injected,
+		NVLink: m.w.nvChunks, MaxBuffer: int64(m.n.maxOcc) * int64(m.n.p.CreditUnit),
+		Factor: BusFactor(s.Collective, s.Ranks),
+	}
+	if m.w.end > 0 {
+		res.AlgBW = float64(cfg.Bytes) / m.w.end.Seconds()
+		res.BusBW = res.AlgBW * res.Factor
+	}
+	res.Ports = m.n.portStats(m.w.end)
+	for _, p := range res.Ports {
+		res.Wait += p.Wait
+	}
+	return res
+}
+
+// portStats lists the ports that sent, busiest first (ties by port).
+func (n *Net) portStats(end des.Time) []PortStat {
+	var out []PortStat
+	for i := range n.ports {
+		op := &n.ports[i]
+		if op.txPkts == 0 {
+			continue
+		}
+		ps := PortStat{Port: topo.PortID(i), Bytes: op.txBytes, Pkts: op.txPkts, Wait: op.stall, Failed: op.dead,
+			Name: n.g.PortName(topo.PortID(i)) + " -> " + n.g.PortName(op.peer), Tier: n.g.Links[op.link].Tier}
+		if end > 0 {
+			ps.Util = float64(op.busy) / float64(end)
+		}
+		out = append(out, ps)
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].Bytes > out[b].Bytes })
+	return out
+}
+
+// Verify checks the run's conservation laws: every byte and packet
+// injected was delivered, no packet is left in a queue or on a wire, and
+// on every link and VL the sender's credits plus those on their way back
+// equal the receiver's buffer (nothing in it).
+func (n *Net) Verify() error {
+	if n.injected != n.delivered || n.injectedPkts != n.deliveredPkts {
+		return fmt.Errorf("packet: %d bytes in %d packets injected, %d bytes in %d packets delivered: %w",
+			n.injected, n.injectedPkts, n.delivered, n.deliveredPkts, ErrDrop)
+	}
+	if len(n.free) != len(n.pkts) {
+		return fmt.Errorf("packet: %d packets still held at the end: %w", len(n.pkts)-len(n.free), ErrDrop)
+	}
+	for i := range n.ports {
+		op := &n.ports[i]
+		if !op.cabled {
+			continue
+		}
+		for v := range n.nv {
+			j := i*n.nv + v
+			if !n.q[j].empty() {
+				return fmt.Errorf("packet: port %s VL %d: %d packets left queued: %w", n.g.PortName(topo.PortID(i)), v, n.q[j].len(), ErrDrop)
+			}
+			got := int64(n.cred[j]) + n.ret[j].pending() + int64(n.occ[int(op.peer)*n.nv+v])
+			if got != int64(n.cap) || n.occ[int(op.peer)*n.nv+v] != 0 {
+				return fmt.Errorf("packet: port %s VL %d: %d credits in hand, %d returning, %d buffered at %s; want %d, %d, 0",
+					n.g.PortName(topo.PortID(i)), v, n.cred[j], n.ret[j].pending(), n.occ[int(op.peer)*n.nv+v], n.g.PortName(op.peer), n.cap, n.cap)
+			}
+		}
+	}
+	return nil
+}
