@@ -103,6 +103,10 @@ type Net struct {
 	injectedPkts, deliveredPkts int64
 	maxOcc                      int32
 	err                         error
+
+	// check makes Handle verify the credit invariants after every event
+	// (tests; O(ports) an event).
+	check bool
 }
 
 type nicState struct {
@@ -584,4 +588,36 @@ func (n *Net) Handle(s *des.Sim, e des.Event) {
 	default:
 		n.w.handle(e)
 	}
+	if n.check {
+		if err := n.invariants(); err != nil {
+			n.abort(fmt.Errorf("after event kind %d at %v: %w", e.Kind(), s.Now(), err))
+		}
+	}
+}
+
+// invariants checks, on every link and VL: credits in hand are never
+// negative, the receive buffer never holds more than its capacity, and
+// credits in hand + credits on their way back + buffer in use (packets on
+// the wire count from when they start) = capacity.
+func (n *Net) invariants() error {
+	for i := range n.ports {
+		op := &n.ports[i]
+		if !op.cabled {
+			continue
+		}
+		for v := range n.nv {
+			j := i*n.nv + v
+			occ := n.occ[int(op.peer)*n.nv+v]
+			switch {
+			case n.cred[j] < 0:
+				return fmt.Errorf("port %s VL %d: %d credits", n.g.PortName(topo.PortID(i)), v, n.cred[j])
+			case occ < 0 || occ > n.cap:
+				return fmt.Errorf("port %s VL %d: buffer holds %d credits of %d", n.g.PortName(op.peer), v, occ, n.cap)
+			case int64(n.cred[j])+n.ret[j].pending()+int64(occ) != int64(n.cap):
+				return fmt.Errorf("port %s VL %d: %d in hand + %d returning + %d buffered != %d",
+					n.g.PortName(topo.PortID(i)), v, n.cred[j], n.ret[j].pending(), occ, n.cap)
+			}
+		}
+	}
+	return nil
 }

@@ -42,6 +42,7 @@ type Config struct {
 	// reduce_scatter, all_gather and all_to_all), in elements of ElemSize
 	// bytes (default 4).
 	Schedule *algo.Schedule
+	Name     string // for reports; default Schedule.String()
 	Bytes    int64
 	ElemSize int
 	// Channels run the schedule side by side, each on 1/Channels of the
@@ -328,7 +329,7 @@ func (m *model) stuck() error {
 func (m *model) result(cfg Config, wall time.Duration) *Result {
 	s := cfg.Schedule
 	res := &Result{
-		Name: s.String(), Ranks: s.Ranks, Bytes: cfg.Bytes, Time: m.w.end,
+		Name: cfg.Name, Ranks: s.Ranks, Bytes: cfg.Bytes, Time: m.w.end,
 		Events: m.sim.Events(), Wall: wall, Packets: m.n.injectedPkts, Payload: m.n.injected,
 		NVLink: m.w.nvChunks, MaxBuffer: int64(m.n.maxOcc) * int64(m.n.p.CreditUnit),
 		Factor: BusFactor(s.Collective, s.Ranks),
@@ -336,6 +337,9 @@ func (m *model) result(cfg Config, wall time.Duration) *Result {
 	if m.w.end > 0 {
 		res.AlgBW = float64(cfg.Bytes) / m.w.end.Seconds()
 		res.BusBW = res.AlgBW * res.Factor
+	}
+	if res.Name == "" {
+		res.Name = s.String()
 	}
 	res.Ports = m.n.portStats(m.w.end)
 	for _, p := range res.Ports {
