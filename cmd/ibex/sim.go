@@ -25,7 +25,7 @@ func newSimCmd() *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(newSimTopoCmd())
+	cmd.AddCommand(newSimTopoCmd(), newSimRunCmd())
 	return cmd
 }
 

@@ -35,3 +35,17 @@ func ParseBytes(s string) (int64, error) {
 	}
 	return v * mult, nil
 }
+
+// FormatBytes prints n with the largest binary suffix that divides it
+// exactly ("512K", "64M", "4096"), the form ParseBytes reads back.
+func FormatBytes(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if n != 0 && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}

@@ -14,3 +14,15 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 8: "8", 1536: "1536", 512 << 10: "512K", 64 << 20: "64M", 3 << 30: "3G", 1 << 40: "1T"} {
+		got := FormatBytes(n)
+		if got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+		if back, err := ParseBytes(got); err != nil || back != n {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", got, back, err, n)
+		}
+	}
+}

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ibex-rdma/ibex/coll/algo"
+	"github.com/ibex-rdma/ibex/internal/units"
+	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/packet"
+	"github.com/ibex-rdma/ibex/sim/topo"
+)
+
+type simRunOptions struct {
+	min, max    string
+	factor      int64
+	algo        string
+	gpus        int
+	channels    int
+	pipeline    int
+	routing     string
+	seed        uint64
+	vls         int
+	buffer      string
+	creditUnit  int
+	chunk       string
+	slots       int
+	qps         int
+	msgOverhead time.Duration
+	nicLatency  time.Duration
+	localNIC    bool
+	fail        []string
+	asJSON      bool
+	trace       string
+	top         int
+	progress    bool
+}
+
+func newSimRunCmd() *cobra.Command {
+	var o simRunOptions
+	cmd := &cobra.Command{
+		Use:   "run TOPOLOGY [COLLECTIVE|PATTERN] [flags]",
+		Short: "Simulate a collective or traffic pattern packet by packet on a topology",
+		Long: "Run a coll/algo schedule (all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n" +
+			"all_to_all; --algo ring, tree, rhd, rd, direct) or a point-to-point pattern (alltoall,\n" +
+			"incast, permutation: every flow carries the size) over the GPUs of a topology file, at\n" +
+			"packet level: InfiniBand credit flow control per VL, output-queued cut-through switches,\n" +
+			"NICs sending RDMA WRITEs of one NCCL chunk each. Prints a row per size as nccl-tests does\n" +
+			"(time, algbw, busbw, and busbw per NIC), then the hottest links of the last size with\n" +
+			"their utilisation and credit-stall time (PortXmitWait).\n\n" +
+			"Ranks are the first --gpus GPUs, node by node. With several GPUs per host the schedule runs\n" +
+			"in --channels channels (default: NICs per host), channel c rotating each host's GPUs by c,\n" +
+			"and traffic between hosts leaves by the NIC on the receiving GPU's rail (PXN), as NCCL\n" +
+			"does on rail-optimized fabrics. Traffic inside a host goes over NVLink (a rate and a\n" +
+			"latency, no packets).",
+		Example: "  ibex sim run examples/superpod-1024gpu.yaml all_reduce -b 64M -e 64M\n" +
+			"  ibex sim run examples/superpod-1su.yaml all_reduce --gpus 32 -b 1M -e 1G -f 4\n" +
+			"  ibex sim run examples/fattree-2tier-k64-2to1.yaml permutation -b 16M --routing ecmp --seed 3\n" +
+			"  ibex sim run examples/superpod-1su.yaml --fail leaf0:32@50us --trace run.json",
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			what := "all_reduce"
+			if len(args) == 2 {
+				what = args[1]
+			}
+			return runSimRun(cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], what, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.min, "minbytes", "b", "64M", "smallest size (K, M, G suffixes)")
+	f.StringVarP(&o.max, "maxbytes", "e", "", "largest size (default: the smallest)")
+	f.Int64VarP(&o.factor, "stepfactor", "f", 2, "multiply the size by this each step")
+	f.StringVar(&o.algo, "algo", "", "algorithm: ring, tree, rhd, rd, direct (default ring; direct for all_to_all)")
+	f.IntVar(&o.gpus, "gpus", 0, "ranks: the first N GPUs of the topology (default all)")
+	f.IntVar(&o.channels, "channels", 0, "channels (default: NICs per host)")
+	f.IntVar(&o.pipeline, "pipeline", 1, "split every slot of the algorithm into this many pieces (coll/algo's pipeline)")
+	f.StringVar(&o.routing, "routing", "dmodk", "dmodk (OpenSM ftree), ecmp (hash per QP) or adaptive (least-loaded port)")
+	f.Uint64Var(&o.seed, "seed", 1, "seed: salts the ECMP hashes and draws the permutation; the same seed replays a run")
+	f.IntVar(&o.vls, "vls", 0, "data VLs (QP i on VL i mod VLs; default 1)")
+	f.StringVar(&o.buffer, "buffer", "", "receive buffer per port per VL (default 64K)")
+	f.IntVar(&o.creditUnit, "credit-unit", 0, "bytes per credit (default 64)")
+	f.StringVar(&o.chunk, "chunk", "", "bytes per message (default 512K: NCCL_BUFFSIZE/NCCL_STEPS)")
+	f.IntVar(&o.slots, "slots", 0, "messages in flight per connection (default 8: NCCL_STEPS)")
+	f.IntVar(&o.qps, "qps", 0, "QPs per connection (default 1)")
+	f.DurationVar(&o.msgOverhead, "msg-overhead", 0, "per-message gap at the sending QP (default 500ns)")
+	f.DurationVar(&o.nicLatency, "nic-latency", 0, "receiving NIC's wire-to-memory latency (default 300ns)")
+	f.BoolVar(&o.localNIC, "local-nic", false, "send between hosts from the sending GPU's own NIC instead of PXN")
+	f.StringArrayVar(&o.fail, "fail", nil, "fail a link at a simulated time: PORT@TIME (leaf0:32@50us, host3.nic1@1ms) or LINKNUMBER@TIME; repeatable")
+	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
+	f.StringVar(&o.trace, "trace", "", "write a Chrome / Perfetto trace (JSON) of the last size to this file")
+	f.IntVar(&o.top, "top", 10, "hottest links to list")
+	f.BoolVar(&o.progress, "progress", true, "show a progress line on stderr for runs longer than 2 s")
+	return cmd
+}
+
+// simRow is one size's result, as --json prints it.
+type simRow struct {
+	Name        string  `json:"name"`
+	Ranks       int     `json:"ranks"`
+	Bytes       int64   `json:"bytes"`
+	TimeUS      float64 `json:"time_us"`
+	AlgBW       float64 `json:"algbw_GBps"`
+	BusBW       float64 `json:"busbw_GBps"`
+	BusBWPerNIC float64 `json:"busbw_per_nic_GBps"`
+	WaitUS      float64 `json:"credit_wait_us"`
+	MaxBuffer   int64   `json:"max_buffer_bytes"`
+	Packets     int64   `json:"packets"`
+	Events      uint64  `json:"events"`
+	WallS       float64 `json:"wall_s"`
+	EventsPerS  float64 `json:"events_per_s"`
+	Links       []link  `json:"hottest_links"`
+}
+
+type link struct {
+	Port   string  `json:"port"`
+	Tier   string  `json:"tier"`
+	Bytes  int64   `json:"bytes"`
+	Util   float64 `json:"utilisation"`
+	WaitUS float64 `json:"credit_wait_us"`
+	Failed bool    `json:"failed,omitempty"`
+}
+
+func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error {
+	s, err := topo.Load(path)
+	if err != nil {
+		return err
+	}
+	g, err := s.Build()
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	ranks := o.gpus
+	if ranks == 0 {
+		ranks = g.NumNICs
+	}
+	if ranks < 1 || ranks > g.NumNICs {
+		return fmt.Errorf("sim run: --gpus %d: %s has %d GPUs", o.gpus, path, g.NumNICs)
+	}
+	sched, name, err := simSchedule(what, o.algo, ranks, o.pipeline, o.seed)
+	if err != nil {
+		return err
+	}
+	p, err := simParams(o)
+	if err != nil {
+		return err
+	}
+	fails, err := parseFailures(g, o.fail)
+	if err != nil {
+		return err
+	}
+	lo, err := units.ParseBytes(o.min)
+	if err != nil {
+		return fmt.Errorf("sim run: -b %q: %w", o.min, err)
+	}
+	hi := lo
+	if o.max != "" {
+		if hi, err = units.ParseBytes(o.max); err != nil {
+			return fmt.Errorf("sim run: -e %q: %w", o.max, err)
+		}
+	}
+	if lo < 0 || hi < lo {
+		return fmt.Errorf("sim run: sizes -b %s -e %s: want 0 <= min <= max", o.min, o.max)
+	}
+	if o.factor < 2 {
+		return fmt.Errorf("sim run: -f %d: want a factor >= 2", o.factor)
+	}
+	gpn := int(g.Nodes[0].NumNICs)
+	perHost := min(ranks, gpn)
+	nch := o.channels
+	if nch == 0 {
+		nch = gpn
+	}
+	ew := &errWriter{w: out}
+	if !o.asJSON {
+		c := g.Counts()
+		ew.printf("# ibex sim: %s (%s, %d switch tiers): %d hosts, %d GPUs, %d switches, %v links\n",
+			c.Name, c.Kind, c.Tiers, c.Hosts, c.GPUs, c.Switches.Total, c.Capacity.Of(topo.LinkHostLeaf)/topo.Rate(max(c.Links.Of(topo.LinkHostLeaf), 1)))
+		ew.printf("# %s over %d GPUs, %d channel(s), %s, %v routing, chunk %s, %d slots, %d QP(s)/connection, %d VL(s), buffer %s/VL, seed %d\n",
+			name, ranks, nch, map[bool]string{true: "own NIC", false: "PXN"}[o.localNIC], p.Routing,
+			units.FormatBytes(int64(orDefault(p.Chunk, packet.Defaults.Chunk))), orDefault(p.Slots, packet.Defaults.Slots),
+			orDefault(p.QPsPerConn, packet.Defaults.QPsPerConn), orDefault(p.VLs, packet.Defaults.VLs),
+			units.FormatBytes(int64(orDefault(p.Buffer, packet.Defaults.Buffer))), o.seed)
+		for _, f := range fails {
+			ew.printf("# link %s fails at %v\n", g.LinkName(f.Link), f.At)
+		}
+		ew.printf("#\n# %12s %12s %12s %12s %12s %14s %12s %8s %8s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/NIC", "creditwait(us)", "events", "wall(s)", "Mev/s")
+	}
+	var rows []simRow
+	var last *packet.Result
+	for size := lo; size <= hi; size *= o.factor {
+		cfg := packet.Config{Graph: g, Params: p, Seed: o.seed, Schedule: sched, Name: name, Bytes: size,
+			Channels: o.channels, LocalNIC: o.localNIC, Failures: fails}
+		if o.progress {
+			cfg.Progress = errOut
+		}
+		var traceFile *os.File
+		if o.trace != "" && size*o.factor > hi {
+			if traceFile, err = os.Create(o.trace); err != nil {
+				return fmt.Errorf("sim run: --trace: %w", err)
+			}
+			cfg.Trace = traceFile
+		}
+		res, err := packet.Run(cfg)
+		if traceFile != nil {
+			if cerr := traceFile.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("sim run: --trace: %w", cerr)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("sim run: %s, %d bytes: %w", name, size, err)
+		}
+		last = res
+		row := simRow{Name: res.Name, Ranks: res.Ranks, Bytes: size, TimeUS: float64(res.Time) / float64(des.Microsecond),
+			AlgBW: res.AlgBW / 1e9, BusBW: res.BusBW / 1e9, BusBWPerNIC: res.BusBW / 1e9 / float64(perHost),
+			WaitUS: float64(res.Wait) / float64(des.Microsecond), MaxBuffer: res.MaxBuffer, Packets: res.Packets,
+			Events: res.Events, WallS: res.Wall.Seconds(), EventsPerS: res.EventsPerSec()}
+		for i, ps := range res.Ports {
+			if i == o.top {
+				break
+			}
+			row.Links = append(row.Links, link{Port: ps.Name, Tier: ps.Tier.String(), Bytes: ps.Bytes, Util: ps.Util,
+				WaitUS: float64(ps.Wait) / float64(des.Microsecond), Failed: ps.Failed})
+		}
+		rows = append(rows, row)
+		if !o.asJSON {
+			ew.printf("  %12d %12.1f %12.2f %12.2f %12.2f %14.1f %12d %8.2f %8.2f\n", size, row.TimeUS, row.AlgBW, row.BusBW,
+				row.BusBWPerNIC, row.WaitUS, row.Events, row.WallS, row.EventsPerS/1e6)
+		}
+		if size == 0 {
+			break
+		}
+	}
+	if o.asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"topology": path, "rows": rows, "peak_rss_bytes": peakRSS()})
+	}
+	if last != nil && o.top > 0 && len(last.Ports) > 0 {
+		ew.printf("#\n# hottest links (last size; busiest first; utilisation over the whole run)\n")
+		ew.printf("# %-44s %-10s %12s %6s %14s\n", "port -> port", "tier", "bytes", "util", "creditwait(us)")
+		for _, l := range rows[len(rows)-1].Links {
+			mark := ""
+			if l.Failed {
+				mark = "  FAILED"
+			}
+			ew.printf("# %-44s %-10s %12d %5.1f%% %14.1f%s\n", l.Port, l.Tier, l.Bytes, 100*l.Util, l.WaitUS, mark)
+		}
+	}
+	ew.printf("# peak memory (max RSS) %.1f MiB\n", float64(peakRSS())/(1<<20))
+	return ew.err
+}
+
+func orDefault(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// peakRSS is the process's peak resident set, from getrusage.
+func peakRSS() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Maxrss * 1024
+}
+
+// simSchedule makes the schedule of a collective (with an algorithm) or
+// a pattern, and its name for reports.
+func simSchedule(what, algoName string, ranks, pipeline int, seed uint64) (*algo.Schedule, string, error) {
+	if pat, err := packet.ParsePattern(what); err == nil {
+		if algoName != "" {
+			return nil, "", fmt.Errorf("sim run: --algo %s: %s is a pattern, not a collective", algoName, what)
+		}
+		s, err := packet.PatternSchedule(pat, ranks, seed)
+		return s, pat.String(), err
+	}
+	c, err := algo.ParseCollective(strings.TrimSuffix(what, "_perf"))
+	if err != nil {
+		return nil, "", fmt.Errorf("sim run: %q is neither a collective (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all) nor a pattern (alltoall, incast, permutation)", what)
+	}
+	if algoName == "" {
+		algoName = "ring"
+		if c == algo.AllToAll {
+			algoName = "direct"
+		}
+	}
+	a, err := algo.ParseAlgorithm(algoName)
+	if err != nil {
+		return nil, "", fmt.Errorf("sim run: --algo: %w", err)
+	}
+	s, err := algo.Generate(c, a, ranks, 0, pipeline)
+	if err != nil {
+		return nil, "", fmt.Errorf("sim run: %w", err)
+	}
+	return s, fmt.Sprintf("%v %v", a, c), nil
+}
+
+func simParams(o simRunOptions) (packet.Params, error) {
+	p := packet.Params{VLs: o.vls, CreditUnit: o.creditUnit, Slots: o.slots, QPsPerConn: o.qps,
+		MsgOverhead: des.Time(o.msgOverhead.Nanoseconds()) * des.Nanosecond,
+		NICLatency:  des.Time(o.nicLatency.Nanoseconds()) * des.Nanosecond}
+	var err error
+	if p.Routing, err = packet.ParseRouting(o.routing); err != nil {
+		return p, fmt.Errorf("sim run: --routing: %w", err)
+	}
+	for _, b := range []struct {
+		flag, v string
+		dst     *int
+	}{{"buffer", o.buffer, &p.Buffer}, {"chunk", o.chunk, &p.Chunk}} {
+		if b.v == "" {
+			continue
+		}
+		n, err := units.ParseBytes(b.v)
+		if err != nil || n <= 0 || n > 1<<30 {
+			return p, fmt.Errorf("sim run: --%s %q: want a size from 1 byte to 1G", b.flag, b.v)
+		}
+		*b.dst = int(n)
+	}
+	if o.msgOverhead < 0 || o.nicLatency < 0 {
+		return p, fmt.Errorf("sim run: --msg-overhead %v, --nic-latency %v: want >= 0", o.msgOverhead, o.nicLatency)
+	}
+	return p, nil
+}
+
+// parseFailures reads --fail values: PORT@TIME or LINK@TIME.
+func parseFailures(g *topo.Graph, specs []string) ([]packet.Failure, error) {
+	var out []packet.Failure
+	var byName map[string]topo.PortID
+	for _, s := range specs {
+		what, when, ok := strings.Cut(s, "@")
+		if !ok {
+			return nil, fmt.Errorf("sim run: --fail %q: want PORT@TIME or LINK@TIME, e.g. leaf0:32@50us", s)
+		}
+		d, err := time.ParseDuration(when)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("sim run: --fail %q: time %q: want a duration >= 0 such as 50us or 1.5ms", s, when)
+		}
+		var l topo.LinkID = topo.NoLink
+		if n, err := strconv.Atoi(what); err == nil {
+			if n < 0 || n >= len(g.Links) {
+				return nil, fmt.Errorf("sim run: --fail %q: link %d: the topology has links 0 to %d", s, n, len(g.Links)-1)
+			}
+			l = topo.LinkID(n)
+		} else {
+			if byName == nil {
+				byName = make(map[string]topo.PortID, len(g.Ports))
+				for p := range g.Ports {
+					byName[g.PortName(topo.PortID(p))] = topo.PortID(p)
+				}
+			}
+			p, ok := byName[what]
+			if !ok {
+				return nil, fmt.Errorf("sim run: --fail %q: no port %q (ports are named like leaf0:32, spine1:3, host3.nic1)", s, what)
+			}
+			if l = g.Ports[p].Link; l == topo.NoLink {
+				return nil, fmt.Errorf("sim run: --fail %q: port %s has no cable", s, what)
+			}
+		}
+		out = append(out, packet.Failure{At: des.Time(d.Nanoseconds()) * des.Nanosecond, Link: l})
+	}
+	return out, nil
+}
