@@ -67,7 +67,7 @@ func TestAlphaBeta(t *testing.T) {
 			name string
 			gpus []int32 // rank 0, rank 1
 		}{
-			{"same leaf", []int32{0, 8}},    // host 0 and host 1, rail 0: leaf0
+			{"same leaf", []int32{0, 8}},      // host 0 and host 1, rail 0: leaf0
 			{"via spine", []int32{0, 32 * 8}}, // host 0 and host 32 (the second SU)
 		} {
 			src, dst := g.NIC(int(c.gpus[0])/8, 0), g.NIC(int(c.gpus[1])/8, 0)
@@ -113,7 +113,7 @@ func TestAlphaBetaRing(t *testing.T) {
 	for i := range gpus {
 		gpus[i] = int32(i * 8)
 	}
-	hop := des.Time(3*p.PropNsPerM*float64(des.Nanosecond)) // 3 m host-leaf cables
+	hop := des.Time(3 * p.PropNsPerM * float64(des.Nanosecond)) // 3 m host-leaf cables
 	hops := []des.Time{hop + des.Time(g.SwitchLatency.Nanoseconds())*des.Nanosecond, hop}
 	s, _ := algo.Generate(algo.AllReduce, algo.Ring, n, 0, 1)
 	for _, b := range []int64{8 << 10, 1 << 20, 64 << 20} {
