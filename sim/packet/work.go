@@ -59,7 +59,7 @@ type conn struct {
 	qp0, nqp   int32
 	nextQP     int32
 	lat        des.Time // one way without serialisation: acknowledgements and slot returns
-	slots      int32
+	slotEvAt   des.Time // an evSlot is scheduled for then (0: none)
 	sends      []sendRec
 	sh, cut    int
 	sendBase   int32 // sequence number of sends[sh]
@@ -85,7 +85,8 @@ type chunkRec struct {
 	seq       int32
 	bytes     int32
 	unarrived int32
-	state     uint8 // chunkFree, chunkSent, chunkArrived
+	state     uint8    // chunkFree, chunkSent, chunkArrived
+	freeAt    des.Time // chunkFree: when the sender learns the slot is free
 }
 
 const (
@@ -186,7 +187,6 @@ func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *placemen
 		for pi := range w.pairs {
 			ci := c*w.pairs + pi
 			cn := &w.conns[ci]
-			cn.slots = int32(n.p.Slots)
 			a, b := pl.gpuOf(c, int(pairFrom[pi])), pl.gpuOf(c, int(pairTo[pi]))
 			cn.gpu = a
 			ha, ga, hb, gb := int(a)/gpn, int(a)%gpn, int(b)/gpn, int(b)%gpn
@@ -320,29 +320,44 @@ func (w *work) recv(ci, proc int32, b int64) {
 }
 
 // pump cuts the connection's pending sends into messages while it has
-// free slots, and posts them.
+// free slots, and posts them. A slot is free once the receiver has
+// consumed its message and the sender has heard (freeAt); the sender
+// looks at slots when it needs one, so a slot costs an event only when a
+// sender waits for it.
 func (w *work) pump(ci int32) {
 	c := &w.conns[ci]
 	S := w.p.Slots
-	for c.slots > 0 {
+	now := w.sim.Now()
+	for {
 		for c.cut < len(c.sends) && c.sends[c.cut].left == 0 {
 			c.cut++
 		}
 		if c.cut == len(c.sends) {
 			return
 		}
+		k, wait := -1, des.Time(0)
+		for j := int(ci) * S; j < int(ci+1)*S; j++ {
+			if ch := &w.chunks[j]; ch.state == chunkFree {
+				if ch.freeAt <= now {
+					k = j
+					break
+				}
+				wait = earliest(wait, ch.freeAt)
+			}
+		}
+		if k < 0 {
+			if wait > 0 && (c.slotEvAt == 0 || wait < c.slotEvAt) {
+				c.slotEvAt = wait
+				w.sim.After(wait-now, evSlot, ci, 0, 0)
+			}
+			return
+		}
 		s := &c.sends[c.cut]
 		b := min(int64(w.p.Chunk), s.left)
 		s.left -= b
-		k := int(ci) * S
-		for w.chunks[k].state != chunkFree {
-			k++
-		}
 		ch := &w.chunks[k]
 		ch.state, ch.seq, ch.bytes, ch.unarrived = chunkSent, c.sendBase+int32(c.cut-c.sh), int32(b), int32(b)
-		c.slots--
 		if c.intra {
-			now := w.sim.Now()
 			st := max(now, w.nvBusy[c.gpu])
 			end := st + des.Time(float64(b)/w.p.NVLinkRate*float64(des.Second))
 			w.nvBusy[c.gpu] = end
@@ -397,8 +412,12 @@ func (w *work) consume(k int32) {
 	c := &w.conns[ci]
 	r := &c.recvs[c.rh+int(ch.seq-c.recvBase)]
 	r.remaining -= int64(ch.bytes)
-	ch.state = chunkFree
-	w.sim.After(c.lat, evSlot, ci, 0, 0)
+	ch.state, ch.freeAt = chunkFree, w.sim.Now()+c.lat
+	if c.cut < len(c.sends) && c.slotEvAt == 0 {
+		// The sender has data waiting for a slot.
+		c.slotEvAt = ch.freeAt
+		w.sim.After(c.lat, evSlot, ci, 0, 0)
+	}
 	if r.remaining == 0 {
 		proc := r.proc
 		for c.rh < len(c.recvs) && c.recvs[c.rh].remaining == 0 {
@@ -417,7 +436,9 @@ func (w *work) handle(e des.Event) {
 	case evChunk, evNVLink:
 		w.arrived(e.A)
 	case evSlot:
-		w.conns[e.A].slots++
+		if c := &w.conns[e.A]; c.slotEvAt == w.sim.Now() {
+			c.slotEvAt = 0
+		}
 		w.pump(e.A)
 	case evSendDone:
 		w.progress(e.A)
