@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -163,5 +165,120 @@ func TestSimHelp(t *testing.T) {
 	}
 	if _, err := run(t, "sim", "topo"); err == nil || !strings.Contains(err.Error(), "accepts 1 arg") {
 		t.Errorf("ibex sim topo without FILE: err = %v", err)
+	}
+}
+
+func simRunOpts() simRunOptions {
+	return simRunOptions{min: "64M", factor: 2, pipeline: 1, routing: "dmodk", seed: 1, top: 3}
+}
+
+func TestSimRun(t *testing.T) {
+	o := simRunOpts()
+	o.gpus, o.min, o.max, o.factor = 16, "1M", "16M", 4
+	var out bytes.Buffer
+	if err := runSimRun(&out, io.Discard, superpod1SU, "all_reduce", o); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	t.Log("\n" + got)
+	for _, want := range []string{
+		"# ring all_reduce over 16 GPUs, 8 channel(s), PXN, dmodk routing, chunk 512K, 8 slots",
+		"busbw/NIC", "      1048576 ", "      4194304 ", "     16777216 ",
+		"# hottest links", "host-leaf", "# peak memory",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	// busbw grows with size, as it does for nccl-tests.
+	var prev float64
+	for _, line := range strings.Split(got, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 9 && !strings.HasPrefix(line, "#") {
+			bw, err := strconv.ParseFloat(f[3], 64)
+			if err != nil {
+				t.Fatalf("row %q: busbw %q", line, f[3])
+			}
+			if bw <= prev {
+				t.Errorf("busbw %v after %v: want it to grow with size", bw, prev)
+			}
+			prev = bw
+		}
+	}
+}
+
+func TestSimRunJSONTraceFail(t *testing.T) {
+	o := simRunOpts()
+	o.gpus, o.min, o.asJSON = 64, "8M", true
+	o.trace = filepath.Join(t.TempDir(), "trace.json")
+	o.fail = []string{"leaf0:32@5us"}
+	o.routing = "adaptive"
+	var out bytes.Buffer
+	if err := runSimRun(&out, io.Discard, superpod1SU, "all_reduce", o); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Rows []simRow `json:"rows"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out.String())
+	}
+	if len(rep.Rows) != 1 || rep.Rows[0].Bytes != 8<<20 || rep.Rows[0].BusBW <= 0 || len(rep.Rows[0].Links) != 3 {
+		t.Fatalf("rows %+v", rep.Rows)
+	}
+	data, err := os.ReadFile(o.trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Ph   string  `json:"ph"`
+			Name string  `json:"name"`
+			Dur  float64 `json:"dur"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &tr); err != nil {
+		t.Fatalf("trace is not JSON: %v", err)
+	}
+	spans := 0
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "X" {
+			spans++
+		}
+	}
+	// 64 ranks × 8 channels × 126 steps.
+	if spans != 64*8*126 {
+		t.Errorf("trace has %d step spans, want %d", spans, 64*8*126)
+	}
+}
+
+func TestSimRunErrors(t *testing.T) {
+	for _, c := range []struct {
+		what string
+		edit func(*simRunOptions)
+		want string
+	}{
+		{"all_reduce", func(o *simRunOptions) { o.gpus = 10000 }, "--gpus 10000"},
+		{"allreduce", nil, `"allreduce" is neither a collective`},
+		{"incast", func(o *simRunOptions) { o.algo = "ring" }, "is a pattern"},
+		{"all_reduce", func(o *simRunOptions) { o.algo = "bogus" }, "--algo"},
+		{"all_reduce", func(o *simRunOptions) { o.fail = []string{"leaf0:32"} }, "want PORT@TIME"},
+		{"all_reduce", func(o *simRunOptions) { o.fail = []string{"leaf99:1@1us"} }, `no port "leaf99:1"`},
+		{"all_reduce", func(o *simRunOptions) { o.fail = []string{"99999@1us"} }, "link 99999"},
+		{"all_reduce", func(o *simRunOptions) { o.routing = "ospf" }, "--routing"},
+		{"all_reduce", func(o *simRunOptions) { o.buffer = "0" }, "--buffer"},
+		{"all_reduce", func(o *simRunOptions) { o.buffer = "1K" }, "less than one"},
+		{"all_reduce", func(o *simRunOptions) { o.factor = 1 }, "-f 1"},
+		{"all_reduce", func(o *simRunOptions) { o.min = "1G"; o.max = "1M" }, "min <= max"},
+	} {
+		o := simRunOpts()
+		o.gpus = 16
+		if c.edit != nil {
+			c.edit(&o)
+		}
+		err := runSimRun(io.Discard, io.Discard, superpod1SU, c.what, o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %+v: error %v, want one containing %q", c.what, o, err, c.want)
+		}
 	}
 }
