@@ -209,7 +209,7 @@ func TestSimRun(t *testing.T) {
 
 func TestSimRunJSONTraceFail(t *testing.T) {
 	o := simRunOpts()
-	o.gpus, o.min, o.asJSON = 64, "8M", true
+	o.on, o.min, o.asJSON = "0-31,128-159", "8M", true
 	o.trace = filepath.Join(t.TempDir(), "trace.json")
 	o.fail = []string{"leaf0:32@5us"}
 	o.routing = "adaptive"
@@ -269,6 +269,9 @@ func TestSimRunErrors(t *testing.T) {
 		{"all_reduce", func(o *simRunOptions) { o.buffer = "0" }, "--buffer"},
 		{"all_reduce", func(o *simRunOptions) { o.buffer = "1K" }, "less than one"},
 		{"all_reduce", func(o *simRunOptions) { o.factor = 1 }, "-f 1"},
+		{"all_reduce", func(o *simRunOptions) { o.gpus = 0; o.on = "0-7,5000" }, `"5000": want GPU numbers`},
+		{"all_reduce", func(o *simRunOptions) { o.gpus = 0; o.on = "0-7,3" }, "GPU 3 holds two ranks"},
+		{"all_reduce", func(o *simRunOptions) { o.gpus = 0; o.on = "0-3,8-11,4" }, "must be contiguous"},
 		{"all_reduce", func(o *simRunOptions) { o.min = "1G"; o.max = "1M" }, "min <= max"},
 	} {
 		o := simRunOpts()

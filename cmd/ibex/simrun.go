@@ -24,6 +24,7 @@ type simRunOptions struct {
 	factor      int64
 	algo        string
 	gpus        int
+	on          string
 	channels    int
 	pipeline    int
 	routing     string
@@ -80,6 +81,7 @@ func newSimRunCmd() *cobra.Command {
 	f.Int64VarP(&o.factor, "stepfactor", "f", 2, "multiply the size by this each step")
 	f.StringVar(&o.algo, "algo", "", "algorithm: ring, tree, rhd, rd, direct (default ring; direct for all_to_all)")
 	f.IntVar(&o.gpus, "gpus", 0, "ranks: the first N GPUs of the topology (default all)")
+	f.StringVar(&o.on, "on", "", "ranks on these GPUs, in rank order: a list of GPU numbers and ranges (host × GPUs per host + index), e.g. 0-7,64-71")
 	f.IntVar(&o.channels, "channels", 0, "channels (default: NICs per host)")
 	f.IntVar(&o.pipeline, "pipeline", 1, "split every slot of the algorithm into this many pieces (coll/algo's pipeline)")
 	f.StringVar(&o.routing, "routing", "dmodk", "dmodk (OpenSM ftree), ecmp (hash per QP) or adaptive (least-loaded port)")
@@ -144,6 +146,16 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	if ranks < 1 || ranks > g.NumNICs {
 		return fmt.Errorf("sim run: --gpus %d: %s has %d GPUs", o.gpus, path, g.NumNICs)
 	}
+	var on []int32
+	if o.on != "" {
+		if o.gpus != 0 {
+			return fmt.Errorf("sim run: --gpus and --on: give one")
+		}
+		if on, err = parseGPUList(o.on, g.NumNICs); err != nil {
+			return err
+		}
+		ranks = len(on)
+	}
 	sched, name, err := simSchedule(what, o.algo, ranks, o.pipeline, o.seed)
 	if err != nil {
 		return err
@@ -197,7 +209,7 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	var last *packet.Result
 	for size := lo; size <= hi; size *= o.factor {
 		cfg := packet.Config{Graph: g, Params: p, Seed: o.seed, Schedule: sched, Name: name, Bytes: size,
-			Channels: o.channels, LocalNIC: o.localNIC, Failures: fails}
+			Channels: o.channels, LocalNIC: o.localNIC, Failures: fails, GPUs: on}
 		if o.progress {
 			cfg.Progress = errOut
 		}
@@ -330,6 +342,26 @@ func simParams(o simRunOptions) (packet.Params, error) {
 		return p, fmt.Errorf("sim run: --msg-overhead %v, --nic-latency %v: want >= 0", o.msgOverhead, o.nicLatency)
 	}
 	return p, nil
+}
+
+// parseGPUList reads --on: comma-separated GPU numbers and ranges a-b.
+func parseGPUList(s string, total int) ([]int32, error) {
+	var out []int32
+	for _, part := range strings.Split(s, ",") {
+		a, b, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		lo, err1 := strconv.Atoi(a)
+		hi, err2 := lo, error(nil)
+		if isRange {
+			hi, err2 = strconv.Atoi(b)
+		}
+		if err1 != nil || err2 != nil || lo < 0 || hi < lo || hi >= total {
+			return nil, fmt.Errorf("sim run: --on %q: %q: want GPU numbers or ranges a-b within 0 to %d", s, part, total-1)
+		}
+		for g := lo; g <= hi; g++ {
+			out = append(out, int32(g))
+		}
+	}
+	return out, nil
 }
 
 // parseFailures reads --fail values: PORT@TIME or LINK@TIME.
