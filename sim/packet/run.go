@@ -63,9 +63,11 @@ type Config struct {
 
 	// Trace, if set, receives a Chrome / Perfetto trace (JSON) of the run:
 	// a span per rank's step, up to TraceLimit spans (default 200,000),
-	// and per-link utilisation counters.
-	Trace      io.Writer
-	TraceLimit int
+	// and counter tracks of each link tier's utilisation and queued bytes,
+	// sampled every TraceInterval of simulated time (default 10 µs).
+	Trace         io.Writer
+	TraceLimit    int
+	TraceInterval des.Time
 	// Progress, if set, receives a progress line about every second once a
 	// run has taken more than two.
 	Progress io.Writer
@@ -220,7 +222,8 @@ func build(cfg Config) (*model, error) {
 		sim.After(f.At, evFail, int32(f.Link), 0, 0)
 	}
 	if cfg.Trace != nil {
-		w.trace = newTracer(cfg.TraceLimit, g, gpn)
+		w.trace = newTracer(cfg.TraceLimit, cfg.TraceInterval, g, gpn)
+		sim.After(w.trace.interval, evSample, 0, 0, 0)
 	}
 	return &model{cfg: cfg, sim: sim, n: n, w: w}, nil
 }

@@ -442,6 +442,8 @@ func (w *work) handle(e des.Event) {
 		w.pump(e.A)
 	case evSendDone:
 		w.progress(e.A)
+	case evSample:
+		w.trace.sampleTiers(w.n)
 	default:
 		panic(fmt.Sprintf("packet: event kind %d", e.Kind()))
 	}
