@@ -177,3 +177,7 @@ func (p Params) withDefaults() (Params, error) {
 	}
 	return p, nil
 }
+
+// CheckParams fills p's zero fields with Defaults and checks the rest, as
+// Run does; other engines (sim/flow) use it to read the same parameters.
+func CheckParams(p Params) (Params, error) { return p.withDefaults() }
