@@ -95,12 +95,12 @@ type engine struct {
 	stepB   []float64 // per resource: bytes carried in this step
 	touched []int32   // resources with stepB != 0
 	scratch []int32
-	fail  []packet.Failure
-	now   des.Time
-	res   Result
-	path  []topo.PortID
-	load  []int32 // adaptive: flows assigned per port this step
-	salt  uint32
+	fail    []packet.Failure
+	now     des.Time
+	res     Result
+	path    []topo.PortID
+	load    []int32 // adaptive: flows assigned per port this step
+	salt    uint32
 }
 
 type flowInfo struct {
