@@ -360,6 +360,7 @@ func (e *engine) step(st stepper, i int, pls []*place.Placement, nch int, off []
 	var err error
 	for k, pl := range pls {
 		for c := range nch {
+			qp := uint32(k*nch+c) << 20
 			st.each(i, func(from, to, src, n int) {
 				if err != nil {
 					return
@@ -371,7 +372,7 @@ func (e *engine) step(st stepper, i int, pls []*place.Placement, nch int, off []
 				a, d := pl.GPU(c, from), pl.GPU(c, to)
 				h1 = (h1 ^ uint64(a)<<32 ^ uint64(d)) * 1099511628211
 				h2 = (h2 ^ uint64(b)) * 14695981039346656037
-				err = e.addFlow(a, d, b, uint32(k*nch*pls[0].MaxPerHost()+c)<<20|uint32(from))
+				err = e.addFlow(a, d, b, qp|uint32(from))
 			})
 		}
 	}
