@@ -98,6 +98,7 @@ type engine struct {
 	fail    []packet.Failure
 	now     des.Time
 	res     Result
+	phaseNo uint64 // phases begun, part of the reuse key
 	path    []topo.PortID
 	load    []int32 // adaptive: flows assigned per port this step
 	salt    uint32
@@ -285,6 +286,7 @@ func (e *engine) phase(ph *Phase) error {
 		esize = 4
 	}
 	off := slotOffsets(s, ph.Bytes, esize, nch)
+	e.phaseNo++
 	var st stepper = programs{s}
 	if s.Steps == nil && s.Algorithm == algo.Ring && s.Ranks > 1 && uniform(off) &&
 		(s.Collective == algo.AllReduce || s.Collective == algo.ReduceScatter || s.Collective == algo.AllGather) {
@@ -345,7 +347,8 @@ func (e *engine) step(st stepper, i int, pls []*place.Placement, nch int, off []
 	key := st.key(i)
 	var mk [2]uint64
 	if key != 0 && !e.cfg.NoReuse && !e.failurePending() {
-		mk = [2]uint64{key, uint64(len(pls))<<32 | uint64(nch)}
+		// A stepper's key is only good within its phase.
+		mk = [2]uint64{key, e.phaseNo<<40 | uint64(len(pls))<<8 | uint64(nch)}
 		if m := e.memo[mk]; m != nil {
 			m.uses++
 			e.res.Reused++
