@@ -285,7 +285,7 @@ func (e *engine) phase(ph *Phase) error {
 	if esize == 0 {
 		esize = 4
 	}
-	off := slotOffsets(s, ph.Bytes, esize, nch)
+	off := place.SlotOffsets(s, ph.Bytes, esize, nch)
 	e.phaseNo++
 	var st stepper = programs{s}
 	if s.Steps == nil && s.Algorithm == algo.Ring && s.Ranks > 1 && uniform(off) &&
@@ -303,29 +303,6 @@ func (e *engine) phase(ph *Phase) error {
 		}
 	}
 	return nil
-}
-
-// slotOffsets are each channel's byte offsets of the schedule's slots, as
-// sim/packet computes them.
-func slotOffsets(s *algo.Schedule, bytes int64, esize, nch int) [][]int64 {
-	elems := bytes / int64(esize)
-	blocks := int64(1)
-	switch s.Collective {
-	case algo.ReduceScatter, algo.AllGather, algo.AllToAll:
-		blocks = int64(s.Ranks)
-	}
-	off := make([][]int64, nch)
-	for c := range nch {
-		ec := elems*int64(c+1)/int64(nch) - elems*int64(c)/int64(nch)
-		count := int(ec / blocks)
-		o := make([]int64, s.Slots+1)
-		for i := range s.Slots {
-			lo, hi := s.SlotRange(count, i)
-			o[i], o[i+1] = int64(lo)*int64(esize), int64(hi)*int64(esize)
-		}
-		off[c] = o
-	}
-	return off
 }
 
 func uniform(off [][]int64) bool {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/place"
 	"github.com/ibex-rdma/ibex/sim/route"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
@@ -191,9 +192,9 @@ func build(cfg Config) (*model, error) {
 	if nch == 0 {
 		nch = gpn
 	}
-	pl, err := place(cfg.GPUs, s.Ranks, g.NumNICs, gpn)
+	pl, err := place.New(cfg.GPUs, s.Ranks, g.NumNICs, gpn)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("packet: %w: %w", ErrConfig, err)
 	}
 	r := cfg.Router
 	if r == nil {
@@ -226,59 +227,6 @@ func build(cfg Config) (*model, error) {
 		sim.After(w.trace.interval, evSample, 0, 0, 0)
 	}
 	return &model{cfg: cfg, sim: sim, n: n, w: w}, nil
-}
-
-// place checks or makes the rank placement.
-func place(gpus []int32, ranks, total, gpn int) (*placement, error) {
-	if gpus == nil {
-		if ranks > total {
-			return nil, fmt.Errorf("packet: %w: %d ranks but the topology has %d GPUs", ErrConfig, ranks, total)
-		}
-		gpus = make([]int32, ranks)
-		for i := range gpus {
-			gpus[i] = int32(i)
-		}
-	}
-	if len(gpus) != ranks {
-		return nil, fmt.Errorf("packet: %w: %d GPUs given for %d ranks", ErrConfig, len(gpus), ranks)
-	}
-	seen := make(map[int32]bool, len(gpus))
-	pl := &placement{gpus: gpus, hostStart: make([]int32, ranks), hostCount: make([]int32, ranks)}
-	for r, g := range gpus {
-		if g < 0 || int(g) >= total {
-			return nil, fmt.Errorf("packet: %w: rank %d on GPU %d: the topology has %d", ErrConfig, r, g, total)
-		}
-		if seen[g] {
-			return nil, fmt.Errorf("packet: %w: GPU %d holds two ranks", ErrConfig, g)
-		}
-		seen[g] = true
-		if r > 0 && int(g)/gpn == int(gpus[r-1])/gpn {
-			pl.hostStart[r] = pl.hostStart[r-1]
-		} else {
-			if r > 0 && seenHost(gpus[:r], int(g)/gpn, gpn) {
-				return nil, fmt.Errorf("packet: %w: rank %d on GPU %d: the ranks of a host must be contiguous", ErrConfig, r, g)
-			}
-			pl.hostStart[r] = int32(r)
-		}
-	}
-	for r := ranks - 1; r >= 0; r-- {
-		s := pl.hostStart[r]
-		if r == ranks-1 || pl.hostStart[r+1] != s {
-			pl.hostCount[r] = int32(r) - s + 1
-		} else {
-			pl.hostCount[r] = pl.hostCount[r+1]
-		}
-	}
-	return pl, nil
-}
-
-func seenHost(gpus []int32, h, gpn int) bool {
-	for _, g := range gpus {
-		if int(g)/gpn == h {
-			return true
-		}
-	}
-	return false
 }
 
 // run starts every rank and handles events until all are done.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/place"
 	"github.com/ibex-rdma/ibex/sim/route"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
@@ -95,21 +96,9 @@ const (
 	chunkArrived
 )
 
-// placement says where ranks run: rank r of channel c is GPU gpuOf(c, r).
-type placement struct {
-	gpus      []int32 // rank → GPU (host × GPUs per host + index), channel 0
-	hostStart []int32 // rank → first rank on its host
-	hostCount []int32 // rank → ranks on its host
-}
-
-func (pl *placement) gpuOf(ch, r int) int32 {
-	s, k := int(pl.hostStart[r]), int(pl.hostCount[r])
-	return pl.gpus[s+(r-s+ch)%k]
-}
-
 // newWork compiles the schedule into compact programs, finds the
 // connections and builds their QPs.
-func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *placement, pxn bool, seed uint64) (*work, error) {
+func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *place.Placement, pxn bool, seed uint64) (*work, error) {
 	w := &work{n: n, sim: n.sim, p: n.p, ranks: s.Ranks, nch: nch}
 	n.w = w
 	g := n.g
@@ -150,30 +139,12 @@ func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *placemen
 		w.total += int64(len(st)) * int64(nch)
 	}
 	w.pairs = len(pairFrom)
-	// Bytes per slot, per channel.
-	elems := bytes / int64(esize)
-	blocks := int64(1)
-	switch s.Collective {
-	case algo.ReduceScatter, algo.AllGather, algo.AllToAll:
-		blocks = int64(s.Ranks)
-	}
-	w.off = make([][]int64, nch)
-	for c := range nch {
-		ec := elems*int64(c+1)/int64(nch) - elems*int64(c)/int64(nch)
-		count := int(ec / blocks)
-		off := make([]int64, s.Slots+1)
-		for i := range s.Slots {
-			lo, hi := s.SlotRange(count, i)
-			off[i] = int64(lo) * int64(esize)
-			off[i+1] = int64(hi) * int64(esize)
-		}
-		w.off[c] = off
-	}
+	w.off = place.SlotOffsets(s, bytes, esize, nch)
 	// Procs.
 	w.procs = make([]proc, nch*s.Ranks)
 	for c := range nch {
 		for r := range s.Ranks {
-			w.procs[c*s.Ranks+r] = proc{rank: int32(r), ch: int32(c), gpu: pl.gpuOf(c, r), step: -1}
+			w.procs[c*s.Ranks+r] = proc{rank: int32(r), ch: int32(c), gpu: pl.GPU(c, r), step: -1}
 		}
 	}
 	w.left = len(w.procs)
@@ -187,25 +158,20 @@ func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *placemen
 		for pi := range w.pairs {
 			ci := c*w.pairs + pi
 			cn := &w.conns[ci]
-			a, b := pl.gpuOf(c, int(pairFrom[pi])), pl.gpuOf(c, int(pairTo[pi]))
+			a, b := pl.GPU(c, int(pairFrom[pi])), pl.GPU(c, int(pairTo[pi]))
 			cn.gpu = a
-			ha, ga, hb, gb := int(a)/gpn, int(a)%gpn, int(b)/gpn, int(b)%gpn
 			for k := range n.p.Slots {
 				w.chunks[ci*n.p.Slots+k].conn = int32(ci)
 			}
-			if ha == hb {
+			// With PXN the data crosses to the GPU on the receiver's rail
+			// over NVLink (not charged: NVLink is not the bottleneck) and
+			// leaves by that GPU's NIC, so a ring stays on one rail.
+			src, dst, intra := place.Endpoints(g, gpn, a, b, pxn)
+			if intra {
 				cn.intra = true
 				cn.lat = n.p.NVLinkLatency
 				continue
 			}
-			src := g.NIC(ha, ga)
-			if pxn {
-				// PXN: the data crosses to the GPU on the receiver's rail
-				// over NVLink (not charged: NVLink is not the bottleneck) and
-				// leaves by that GPU's NIC, so a ring stays on one rail.
-				src = g.NIC(ha, gb)
-			}
-			dst := g.NIC(hb, gb)
 			var err error
 			path, err = n.r.Path(src, dst, route.PolicyDModK, 0, path[:0])
 			if err != nil {

@@ -8,6 +8,7 @@ package place
 import (
 	"errors"
 	"fmt"
+	"github.com/ibex-rdma/ibex/coll/algo"
 
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
@@ -105,4 +106,27 @@ func Endpoints(g *topo.Graph, gpn int, a, b int32, pxn bool) (src, dst topo.Node
 		src = g.NIC(ha, gb)
 	}
 	return src, g.NIC(hb, gb), false
+}
+
+// SlotOffsets are each channel's byte offsets of schedule s's slots (Slots+1
+// per channel) for a call of bytes in elements of esize bytes split over
+// nch channels: the count (elements per block, as SlotRange takes it) is
+// bytes/esize over the schedule's blocks, split evenly over the channels.
+func SlotOffsets(s *algo.Schedule, bytes int64, esize, nch int) [][]int64 {
+	count := bytes / int64(esize)
+	switch s.Collective {
+	case algo.ReduceScatter, algo.AllGather, algo.AllToAll:
+		count /= int64(s.Ranks)
+	}
+	off := make([][]int64, nch)
+	for c := range nch {
+		cc := int(count*int64(c+1)/int64(nch) - count*int64(c)/int64(nch))
+		o := make([]int64, s.Slots+1)
+		for i := range s.Slots {
+			lo, hi := s.SlotRange(cc, i)
+			o[i], o[i+1] = int64(lo)*int64(esize), int64(hi)*int64(esize)
+		}
+		off[c] = o
+	}
+	return off
 }
