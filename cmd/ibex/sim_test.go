@@ -169,7 +169,7 @@ func TestSimHelp(t *testing.T) {
 }
 
 func simRunOpts() simRunOptions {
-	return simRunOptions{min: "64M", factor: 2, pipeline: 1, routing: "dmodk", seed: 1, top: 3}
+	return simRunOptions{min: "64M", factor: 2, pipeline: 1, routing: "dmodk", seed: 1, top: 3, engine: "packet", seeds: 1}
 }
 
 func TestSimRun(t *testing.T) {
@@ -282,6 +282,74 @@ func TestSimRunErrors(t *testing.T) {
 		err := runSimRun(io.Discard, io.Discard, superpod1SU, c.what, o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %+v: error %v, want one containing %q", c.what, o, err, c.want)
+		}
+	}
+}
+
+func TestSimRunFlowEngine(t *testing.T) {
+	o := simRunOpts()
+	o.gpus, o.min, o.engine = 64, "256M", "flow"
+	var flowOut, packetOut bytes.Buffer
+	if err := runSimRun(&flowOut, io.Discard, superpod1SU, "all_reduce", o); err != nil {
+		t.Fatal(err)
+	}
+	o.engine = "packet"
+	if err := runSimRun(&packetOut, io.Discard, superpod1SU, "all_reduce", o); err != nil {
+		t.Fatal(err)
+	}
+	time := func(out string) float64 {
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 9 && f[0] == "268435456" {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				return v
+			}
+		}
+		t.Fatalf("no row in\n%s", out)
+		return 0
+	}
+	if !strings.Contains(flowOut.String(), "# engine flow") || !strings.Contains(flowOut.String(), "solves") {
+		t.Errorf("flow output lacks its engine line or column:\n%s", flowOut.String())
+	}
+	ft, pt := time(flowOut.String()), time(packetOut.String())
+	if d := ft/pt - 1; d < -0.05 || d > 0.05 {
+		t.Errorf("flow %v us, packet %v us: %+.1f%%", ft, pt, 100*d)
+	}
+
+	o = simRunOpts()
+	o.gpus, o.min, o.engine, o.hier, o.algo = 64, "64M", "flow", true, "tree"
+	var hier bytes.Buffer
+	if err := runSimRun(&hier, io.Discard, superpod1SU, "all_reduce", o); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(hier.String(), "67108864") {
+		t.Errorf("--hier output:\n%s", hier.String())
+	}
+
+	o = simRunOpts()
+	o.gpus, o.min, o.engine, o.routing, o.seeds = 128, "4M", "flow", "ecmp", 4
+	var seeds bytes.Buffer
+	if err := runSimRun(&seeds, io.Discard, "../../examples/fattree-2tier-k64-2to1.yaml", "permutation", o); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(seeds.String(), "# 4 seeds from 1: time min") {
+		t.Errorf("--seeds 4 output lacks the spread:\n%s", seeds.String())
+	}
+
+	for _, c := range []struct {
+		edit func(*simRunOptions)
+		want string
+	}{
+		{func(o *simRunOptions) { o.engine = "fluid" }, `--engine "fluid"`},
+		{func(o *simRunOptions) { o.hier = true }, "--hier needs --engine flow"},
+		{func(o *simRunOptions) { o.engine, o.trace = "flow", "x.json" }, "--trace needs --engine packet"},
+		{func(o *simRunOptions) { o.engine, o.hier, o.gpus = "flow", true, 12 }, "--hier: all_reduce"},
+	} {
+		o := simRunOpts()
+		o.gpus = 16
+		c.edit(&o)
+		err := runSimRun(io.Discard, io.Discard, superpod1SU, "all_reduce", o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error containing %q", o, err, c.want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/internal/units"
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/flow"
 	"github.com/ibex-rdma/ibex/sim/packet"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
@@ -43,6 +45,9 @@ type simRunOptions struct {
 	trace       string
 	top         int
 	progress    bool
+	engine      string
+	hier        bool
+	seeds       int
 }
 
 func newSimRunCmd() *cobra.Command {
@@ -100,12 +105,17 @@ func newSimRunCmd() *cobra.Command {
 	f.StringVar(&o.trace, "trace", "", "write a Chrome / Perfetto trace (JSON) of the last size to this file")
 	f.IntVar(&o.top, "top", 10, "hottest links to list")
 	f.BoolVar(&o.progress, "progress", true, "show a progress line on stderr for runs longer than 2 s")
+	f.StringVar(&o.engine, "engine", "packet", "packet (every packet and credit) or flow (max-min fair rates per step; 100k GPUs in seconds)")
+	f.BoolVar(&o.hier, "hier", false, "all_reduce as NCCL does across nodes: ring reduce-scatter in each host, --algo (ring or tree) per rail across hosts, ring all-gather in each host (flow engine)")
+	f.IntVar(&o.seeds, "seeds", 1, "run every size with this many seeds from --seed on and report the spread (ECMP collisions)")
 	return cmd
 }
 
 // simRow is one size's result, as --json prints it.
 type simRow struct {
 	Name        string  `json:"name"`
+	Engine      string  `json:"engine"`
+	Seed        uint64  `json:"seed"`
 	Ranks       int     `json:"ranks"`
 	Bytes       int64   `json:"bytes"`
 	TimeUS      float64 `json:"time_us"`
@@ -115,7 +125,7 @@ type simRow struct {
 	WaitUS      float64 `json:"credit_wait_us"`
 	MaxBuffer   int64   `json:"max_buffer_bytes"`
 	Packets     int64   `json:"packets"`
-	Events      uint64  `json:"events"`
+	Events      uint64  `json:"events"` // packet: events handled; flow: max-min solves
 	WallS       float64 `json:"wall_s"`
 	EventsPerS  float64 `json:"events_per_s"`
 	Links       []link  `json:"hottest_links"`
@@ -203,48 +213,54 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 		for _, f := range fails {
 			ew.printf("# link %s fails at %v\n", g.LinkName(f.Link), f.At)
 		}
-		ew.printf("#\n# %12s %12s %12s %12s %12s %14s %12s %8s %8s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/NIC", "creditwait(us)", "events", "wall(s)", "Mev/s")
+		ev, evs := "events", "Mev/s"
+		if o.engine == "flow" {
+			ev, evs = "solves", "Msolve/s"
+		}
+		ew.printf("# engine %s\n#\n# %12s %12s %12s %12s %12s %14s %12s %8s %8s\n", o.engine, "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/NIC", "creditwait(us)", ev, "wall(s)", evs)
 	}
 	var rows []simRow
-	var last *packet.Result
+	var lastPorts []packet.PortStat
 	for size := lo; size <= hi; size *= o.factor {
-		cfg := packet.Config{Graph: g, Params: p, Seed: o.seed, Schedule: sched, Name: name, Bytes: size,
-			Channels: o.channels, LocalNIC: o.localNIC, Failures: fails, GPUs: on}
-		if o.progress {
-			cfg.Progress = errOut
-		}
-		var traceFile *os.File
-		if o.trace != "" && size*o.factor > hi {
-			if traceFile, err = os.Create(o.trace); err != nil {
-				return fmt.Errorf("sim run: --trace: %w", err)
+		var times []float64
+		for k := range o.seeds {
+			seed := o.seed + uint64(k)
+			if k > 0 && o.seeds > 1 && what == "permutation" {
+				if sched, _, err = simSchedule(what, o.algo, ranks, o.pipeline, seed); err != nil {
+					return err
+				}
 			}
-			cfg.Trace = traceFile
-		}
-		res, err := packet.Run(cfg)
-		if traceFile != nil {
-			if cerr := traceFile.Close(); err == nil && cerr != nil {
-				err = fmt.Errorf("sim run: --trace: %w", cerr)
+			cfg := packet.Config{Graph: g, Params: p, Seed: seed, Schedule: sched, Name: name, Bytes: size,
+				Channels: o.channels, LocalNIC: o.localNIC, Failures: fails, GPUs: on}
+			if o.progress {
+				cfg.Progress = errOut
+			}
+			row, ports, err := simOne(cfg, o, size*o.factor > hi && k == o.seeds-1)
+			if err != nil {
+				return fmt.Errorf("sim run: %s, %d bytes, seed %d: %w", name, size, seed, err)
+			}
+			row.BusBWPerNIC = row.BusBW / float64(perHost)
+			row.Seed = seed
+			for i, ps := range ports {
+				if i == o.top {
+					break
+				}
+				row.Links = append(row.Links, link{Port: ps.Name, Tier: ps.Tier.String(), Bytes: ps.Bytes, Util: ps.Util,
+					WaitUS: float64(ps.Wait) / float64(des.Microsecond), Failed: ps.Failed})
+			}
+			lastPorts = ports
+			rows = append(rows, row)
+			times = append(times, row.TimeUS)
+			if !o.asJSON {
+				ew.printf("  %12d %12.1f %12.2f %12.2f %12.2f %14.1f %12d %8.2f %8.2f\n", size, row.TimeUS, row.AlgBW, row.BusBW,
+					row.BusBWPerNIC, row.WaitUS, row.Events, row.WallS, row.EventsPerS/1e6)
 			}
 		}
-		if err != nil {
-			return fmt.Errorf("sim run: %s, %d bytes: %w", name, size, err)
-		}
-		last = res
-		row := simRow{Name: res.Name, Ranks: res.Ranks, Bytes: size, TimeUS: float64(res.Time) / float64(des.Microsecond),
-			AlgBW: res.AlgBW / 1e9, BusBW: res.BusBW / 1e9, BusBWPerNIC: res.BusBW / 1e9 / float64(perHost),
-			WaitUS: float64(res.Wait) / float64(des.Microsecond), MaxBuffer: res.MaxBuffer, Packets: res.Packets,
-			Events: res.Events, WallS: res.Wall.Seconds(), EventsPerS: res.EventsPerSec()}
-		for i, ps := range res.Ports {
-			if i == o.top {
-				break
-			}
-			row.Links = append(row.Links, link{Port: ps.Name, Tier: ps.Tier.String(), Bytes: ps.Bytes, Util: ps.Util,
-				WaitUS: float64(ps.Wait) / float64(des.Microsecond), Failed: ps.Failed})
-		}
-		rows = append(rows, row)
-		if !o.asJSON {
-			ew.printf("  %12d %12.1f %12.2f %12.2f %12.2f %14.1f %12d %8.2f %8.2f\n", size, row.TimeUS, row.AlgBW, row.BusBW,
-				row.BusBWPerNIC, row.WaitUS, row.Events, row.WallS, row.EventsPerS/1e6)
+		if len(times) > 1 && !o.asJSON {
+			sort.Float64s(times)
+			med := times[len(times)/2]
+			ew.printf("# %d seeds from %d: time min %.1f, median %.1f, max %.1f us (max %+.1f%% over min)\n",
+				len(times), o.seed, times[0], med, times[len(times)-1], 100*(times[len(times)-1]/times[0]-1))
 		}
 		if size == 0 {
 			break
@@ -255,7 +271,7 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"topology": path, "rows": rows, "peak_rss_bytes": peakRSS()})
 	}
-	if last != nil && o.top > 0 && len(last.Ports) > 0 {
+	if o.top > 0 && len(lastPorts) > 0 {
 		ew.printf("#\n# hottest links (last size; busiest first; utilisation over the whole run)\n")
 		ew.printf("# %-44s %-10s %12s %6s %14s\n", "port -> port", "tier", "bytes", "util", "creditwait(us)")
 		for _, l := range rows[len(rows)-1].Links {
@@ -284,6 +300,72 @@ func peakRSS() int64 {
 		return 0
 	}
 	return ru.Maxrss * 1024
+}
+
+// simOne runs one size with one seed on the chosen engine. trace says
+// whether this run writes the trace file.
+func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.PortStat, error) {
+	row := simRow{Engine: o.engine, Bytes: cfg.Bytes}
+	switch o.engine {
+	case "packet":
+		if o.hier {
+			return row, nil, fmt.Errorf("--hier needs --engine flow")
+		}
+		if trace && o.trace != "" {
+			f, err := os.Create(o.trace)
+			if err != nil {
+				return row, nil, fmt.Errorf("--trace: %w", err)
+			}
+			defer f.Close()
+			cfg.Trace = f
+		}
+		res, err := packet.Run(cfg)
+		if err != nil {
+			return row, nil, err
+		}
+		row.Name, row.Ranks, row.TimeUS = res.Name, res.Ranks, float64(res.Time)/float64(des.Microsecond)
+		row.AlgBW, row.BusBW = res.AlgBW/1e9, res.BusBW/1e9
+		row.WaitUS, row.MaxBuffer, row.Packets = float64(res.Wait)/float64(des.Microsecond), res.MaxBuffer, res.Packets
+		row.Events, row.WallS, row.EventsPerS = res.Events, res.Wall.Seconds(), res.EventsPerSec()
+		return row, res.Ports, nil
+	case "flow":
+		if o.trace != "" {
+			return row, nil, fmt.Errorf("--trace needs --engine packet")
+		}
+		fc := flow.Config{Graph: cfg.Graph, Params: cfg.Params, Seed: cfg.Seed, LocalNIC: cfg.LocalNIC, Failures: cfg.Failures,
+			Name: cfg.Name, Ranks: cfg.Schedule.Ranks, Bytes: cfg.Bytes, Collective: cfg.Schedule.Collective}
+		if o.hier {
+			gpn := int(cfg.Graph.Nodes[0].NumNICs)
+			c, a := cfg.Schedule.Collective, cfg.Schedule.Algorithm
+			if c != algo.AllReduce || (a != algo.Ring && a != algo.Tree) || cfg.GPUs != nil || cfg.Schedule.Ranks%gpn != 0 {
+				return row, nil, fmt.Errorf("--hier: all_reduce with --algo ring or tree over whole hosts (--gpus a multiple of %d)", gpn)
+			}
+			ph, err := flow.Hierarchical(a, cfg.Schedule.Ranks/gpn, gpn, cfg.Bytes, o.pipeline)
+			if err != nil {
+				return row, nil, err
+			}
+			fc.Phases, fc.Name = ph, "hierarchical "+cfg.Name
+		} else {
+			fc.Phases = []flow.Phase{{Schedule: cfg.Schedule, Bytes: cfg.Bytes, Groups: gpuGroups(cfg.GPUs), Channels: cfg.Channels}}
+		}
+		res, err := flow.Run(fc)
+		if err != nil {
+			return row, nil, err
+		}
+		row.Name, row.Ranks, row.TimeUS = res.Name, res.Ranks, float64(res.Time)/float64(des.Microsecond)
+		row.AlgBW, row.BusBW = res.AlgBW/1e9, res.BusBW/1e9
+		row.Events, row.WallS = uint64(res.Solves), res.Wall.Seconds()
+		row.EventsPerS = float64(res.Solves) / res.Wall.Seconds()
+		return row, res.Ports, nil
+	}
+	return row, nil, fmt.Errorf("--engine %q: want packet or flow", o.engine)
+}
+
+func gpuGroups(gpus []int32) [][]int32 {
+	if gpus == nil {
+		return nil
+	}
+	return [][]int32{gpus}
 }
 
 // simSchedule makes the schedule of a collective (with an algorithm) or
