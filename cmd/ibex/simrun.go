@@ -39,6 +39,7 @@ type simRunOptions struct {
 	qps         int
 	msgOverhead time.Duration
 	nicLatency  time.Duration
+	retry       time.Duration
 	localNIC    bool
 	fail        []string
 	asJSON      bool
@@ -99,6 +100,7 @@ func newSimRunCmd() *cobra.Command {
 	f.IntVar(&o.qps, "qps", 0, "QPs per connection (default 1)")
 	f.DurationVar(&o.msgOverhead, "msg-overhead", 0, "per-message gap at the sending QP (default 500ns)")
 	f.DurationVar(&o.nicLatency, "nic-latency", 0, "receiving NIC's wire-to-memory latency (default 300ns)")
+	f.DurationVar(&o.retry, "retry-timeout", 0, "how long a QP waits before resending packets a link failure lost (default 4.29s: 4.096us x 2^20, NCCL_IB_TIMEOUT=20)")
 	f.BoolVar(&o.localNIC, "local-nic", false, "send between hosts from the sending GPU's own NIC instead of PXN")
 	f.StringArrayVar(&o.fail, "fail", nil, "fail a link at a simulated time: PORT@TIME (leaf0:32@50us, host3.nic1@1ms) or LINKNUMBER@TIME; repeatable")
 	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
@@ -401,8 +403,9 @@ func simSchedule(what, algoName string, ranks, pipeline int, seed uint64) (*algo
 
 func simParams(o simRunOptions) (packet.Params, error) {
 	p := packet.Params{VLs: o.vls, CreditUnit: o.creditUnit, Slots: o.slots, QPsPerConn: o.qps,
-		MsgOverhead: des.Time(o.msgOverhead.Nanoseconds()) * des.Nanosecond,
-		NICLatency:  des.Time(o.nicLatency.Nanoseconds()) * des.Nanosecond}
+		MsgOverhead:  des.Time(o.msgOverhead.Nanoseconds()) * des.Nanosecond,
+		NICLatency:   des.Time(o.nicLatency.Nanoseconds()) * des.Nanosecond,
+		RetryTimeout: des.Time(o.retry.Nanoseconds()) * des.Nanosecond}
 	var err error
 	if p.Routing, err = packet.ParseRouting(o.routing); err != nil {
 		return p, fmt.Errorf("sim run: --routing: %w", err)
@@ -420,8 +423,8 @@ func simParams(o simRunOptions) (packet.Params, error) {
 		}
 		*b.dst = int(n)
 	}
-	if o.msgOverhead < 0 || o.nicLatency < 0 {
-		return p, fmt.Errorf("sim run: --msg-overhead %v, --nic-latency %v: want >= 0", o.msgOverhead, o.nicLatency)
+	if o.msgOverhead < 0 || o.nicLatency < 0 || o.retry < 0 {
+		return p, fmt.Errorf("sim run: --msg-overhead %v, --nic-latency %v, --retry-timeout %v: want >= 0", o.msgOverhead, o.nicLatency, o.retry)
 	}
 	return p, nil
 }

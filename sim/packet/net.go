@@ -18,12 +18,17 @@ const (
 	evSendDone                   // A: proc. A send is acknowledged.
 	evFail                       // A: link. The link goes down.
 	evNVLink                     // A: chunk. A message over NVLink is in the receiver's memory.
+	evResend                     // A: QP, B: chunk, C: payload. A lost packet's retry timeout expired.
 )
 
-// ErrDrop is what a dropped packet would report. InfiniBand's link layer
-// never drops: a port sends only with credit. The engine has no code path
-// that drops a packet; Verify checks that every packet injected was
-// delivered, and this error is what it wraps if not.
+// ErrDrop is what a lost packet would report. InfiniBand's link layer
+// never drops: a port sends only with credit, and the engine has no code
+// path that drops a packet for want of buffer. The one way a packet is
+// lost is a link failure that leaves the switch holding it without a
+// route to its destination (real switches discard such packets): it is
+// counted, and its QP resends it after the retry timeout, as RC does.
+// Verify checks that every packet injected was delivered or lost that
+// way, and this error is what it wraps if not.
 var ErrDrop = errors.New("packet lost in a lossless fabric")
 
 // oport is the sending side of one port: what it is cabled to, and its
@@ -99,8 +104,11 @@ type Net struct {
 	load func(topo.PortID) int64
 
 	// Conservation counters.
-	injected, delivered         int64 // payload bytes
+	injected, delivered         int64 // payload bytes (injected: first sends)
 	injectedPkts, deliveredPkts int64
+	resent, resentPkts          int64 // sent again after a loss
+	lost, lostPkts              int64 // stranded by a link failure
+	lostWire                    int64 // their bytes on the wire
 	maxOcc                      int32
 	err                         error
 
@@ -125,7 +133,10 @@ type qp struct {
 	msgs    fifo // chunk IDs
 	off     int32
 	readyAt des.Time
+	retx    []retx // lost packets to send again, before new ones
 }
+
+type retx struct{ chunk, payload int32 }
 
 // newNet builds the fabric state for g.
 func newNet(g *topo.Graph, r *route.Router, p Params, sim *des.Sim) (*Net, error) {
@@ -134,8 +145,8 @@ func newNet(g *topo.Graph, r *route.Router, p Params, sim *des.Sim) (*Net, error
 	pkt := g.MTU + p.HeaderBytes + p.FirstBytes
 	n.cap = int32(p.Buffer / p.CreditUnit)
 	if int(n.cap)*p.CreditUnit < pkt {
-		return nil, fmt.Errorf("packet: buffer %d bytes per VL holds %d credits of %d bytes, less than one %d-byte packet (MTU %d and headers): the link could never send",
-			p.Buffer, n.cap, p.CreditUnit, pkt, g.MTU)
+		return nil, fmt.Errorf("packet: %w: buffer %d bytes per VL holds %d credits of %d bytes, less than one %d-byte packet (MTU %d and headers): the link could never send",
+			ErrConfig, p.Buffer, n.cap, p.CreditUnit, pkt, g.MTU)
 	}
 	n.weights = make([]uint8, n.nv)
 	for i := range n.weights {
@@ -410,11 +421,43 @@ func (n *Net) arrive(id int32, in topo.PortID) {
 		out = n.r.Adaptive(node, pk.dst, n.load)
 	}
 	if out == topo.NoPort || n.ports[out].dead {
-		n.abort(fmt.Errorf("packet: at %v %s has no route to %s (failed links: %d): %w",
-			n.sim.Now(), n.g.NodeName(node), n.g.NodeName(pk.dst), len(n.r.Failed()), route.ErrUnreachable))
+		n.strand(id, pk, node)
 		return
 	}
 	n.enqueue(out, id, pk)
+}
+
+// strand loses a packet that switch node holds with no route left to its
+// destination (after a link failure): its buffer is freed and its QP
+// sends it again after the retry timeout. If the source itself can no
+// longer reach the destination, the run ends with an error.
+func (n *Net) strand(id int32, pk *packet, node topo.NodeID) {
+	q := &n.qps[pk.qp]
+	if !n.r.Reachable(q.src, pk.dst) {
+		n.abort(fmt.Errorf("packet: at %v %s cannot reach %s any more (failed links: %d): %w",
+			n.sim.Now(), n.g.NodeName(q.src), n.g.NodeName(pk.dst), len(n.r.Failed()), route.ErrUnreachable))
+		return
+	}
+	u := n.units(pk.wire)
+	in := pk.in
+	n.occ[int(in)*n.nv+int(pk.vl)] -= u
+	n.returnCredit(n.ports[in].peer, pk.vl, n.sim.Now()+n.ports[in].prop, u)
+	n.lost += int64(pk.payload)
+	n.lostPkts++
+	n.lostWire += int64(pk.wire)
+	n.sim.After(n.p.RetryTimeout, evResend, pk.qp, pk.chunk, int64(pk.payload))
+	n.free = append(n.free, id)
+}
+
+// resend queues a lost packet's payload on its QP again.
+func (n *Net) resend(qi, chunk int32, payload int32) {
+	q := &n.qps[qi]
+	q.retx = append(q.retx, retx{chunk, payload})
+	if !q.active {
+		q.active = true
+		n.nics[q.nic].active.push(qi)
+		n.kick(q.port)
+	}
 }
 
 // enqueue queues packet id at switch output port out.
@@ -480,10 +523,17 @@ func (n *Net) kickNIC(p topo.PortID, op *oport) {
 			ns.active.push(qi)
 			continue
 		}
-		c := &n.w.chunks[q.msgs.front()]
-		payload := min(int32(n.g.MTU), c.bytes-q.off)
+		again := len(q.retx) > 0
+		var chunk, payload int32
+		if again {
+			// A resent packet goes as its own RDMA WRITE (with RETH).
+			chunk, payload = q.retx[0].chunk, q.retx[0].payload
+		} else {
+			chunk = q.msgs.front()
+			payload = min(int32(n.g.MTU), n.w.chunks[chunk].bytes-q.off)
+		}
 		wire := payload + int32(n.p.HeaderBytes)
-		if q.off == 0 {
+		if again || q.off == 0 {
 			wire += int32(n.p.FirstBytes)
 		}
 		u := n.units(wire)
@@ -498,17 +548,26 @@ func (n *Net) kickNIC(p topo.PortID, op *oport) {
 		}
 		id := n.newPacket()
 		pk := &n.pkts[id]
-		*pk = packet{chunk: q.msgs.front(), qp: qi, dst: q.dst, in: topo.NoPort, wire: wire, payload: payload, vl: q.vl}
-		n.injected += int64(payload)
-		n.injectedPkts++
-		q.off += payload
-		if q.off == c.bytes {
-			q.msgs.pop()
-			q.off = 0
-			q.readyAt = now + op.ser(wire) + n.p.MsgOverhead
-			if q.msgs.empty() {
-				q.active = false
+		*pk = packet{chunk: chunk, qp: qi, dst: q.dst, in: topo.NoPort, wire: wire, payload: payload, vl: q.vl}
+		if again {
+			n.resent += int64(payload)
+			n.resentPkts++
+			q.retx = q.retx[1:]
+			if len(q.retx) == 0 {
+				q.retx = nil
 			}
+		} else {
+			n.injected += int64(payload)
+			n.injectedPkts++
+			q.off += payload
+			if q.off == n.w.chunks[chunk].bytes {
+				q.msgs.pop()
+				q.off = 0
+				q.readyAt = now + op.ser(wire) + n.p.MsgOverhead
+			}
+		}
+		if q.msgs.empty() && len(q.retx) == 0 {
+			q.active = false
 		}
 		if q.active {
 			ns.active.push(qi)
@@ -565,9 +624,8 @@ func (n *Net) fail(l topo.LinkID) {
 					out = n.r.Adaptive(node, pk.dst, n.load)
 				}
 				if out == topo.NoPort {
-					n.abort(fmt.Errorf("packet: at %v, after %s failed, %s has no route to %s: %w",
-						n.sim.Now(), n.g.LinkName(l), n.g.NodeName(node), n.g.NodeName(pk.dst), route.ErrUnreachable))
-					return
+					n.strand(id, pk, node)
+					continue
 				}
 				n.enqueue(out, id, pk)
 			}
@@ -585,6 +643,8 @@ func (n *Net) Handle(s *des.Sim, e des.Event) {
 		n.arrive(e.A, topo.PortID(e.B))
 	case evFail:
 		n.fail(topo.LinkID(e.A))
+	case evResend:
+		n.resend(e.A, e.B, int32(e.C))
 	default:
 		n.w.handle(e)
 	}

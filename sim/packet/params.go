@@ -58,6 +58,10 @@ type Params struct {
 	Chunk       int      // bytes per message (NCCL Simple: NCCL_BUFFSIZE / NCCL_STEPS)
 	Slots       int      // messages in flight per connection (NCCL_STEPS)
 	QPsPerConn  int      // QPs per connection; a connection's messages go round-robin over them
+	// RetryTimeout is how long a QP waits for an acknowledgement before it
+	// resends (the IBA local ACK timeout, 4.096 µs × 2^timeout). Only
+	// packets stranded by a link failure need it: nothing else is lost.
+	RetryTimeout des.Time
 
 	// Inside a host: GPU to GPU over NVLink, per GPU and direction.
 	NVLinkRate    float64  // bytes/s
@@ -96,6 +100,9 @@ var Defaults = Params{
 	Chunk:      512 << 10,
 	Slots:      8,
 	QPsPerConn: 1,
+	// NCCL_IB_TIMEOUT = 20: 4.096 µs × 2^20 = 4.29 s, NCCL's default in
+	// recent releases as far as we know (older ones used 18, 1.07 s).
+	RetryTimeout: 4096 * des.Nanosecond << 20,
 	// H100 NVLink 4: 18 links, 450 GB/s per direction; NCCL reaches
 	// ~370 GB/s busbw in one node (fabric-sim.md §2.1): use the achieved rate.
 	NVLinkRate:    370e9,
@@ -140,39 +147,49 @@ func (p Params) withDefaults() (Params, error) {
 	if p.QPsPerConn == 0 {
 		p.QPsPerConn = d.QPsPerConn
 	}
+	if p.RetryTimeout == 0 {
+		p.RetryTimeout = d.RetryTimeout
+	}
 	if p.NVLinkRate == 0 {
 		p.NVLinkRate = d.NVLinkRate
 	}
 	if p.NVLinkLatency == 0 {
 		p.NVLinkLatency = d.NVLinkLatency
 	}
+	bad := func(format string, args ...any) (Params, error) {
+		return p, fmt.Errorf("packet: %w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
 	switch {
 	case p.VLs < 1 || p.VLs > 8:
-		return p, fmt.Errorf("packet: VLs %d: want 1 to 8", p.VLs)
+		return bad("VLs %d: want 1 to 8", p.VLs)
 	case p.CreditUnit < 1 || p.CreditUnit > 4096:
-		return p, fmt.Errorf("packet: credit unit %d bytes: want 1 to 4096", p.CreditUnit)
-	case p.PropNsPerM < 0:
-		return p, fmt.Errorf("packet: propagation %g ns/m: want >= 0", p.PropNsPerM)
+		return bad("credit unit %d bytes: want 1 to 4096", p.CreditUnit)
+	case !(p.PropNsPerM >= 0 && p.PropNsPerM <= 1e6):
+		return bad("propagation %g ns/m: want 0 to 1e6", p.PropNsPerM)
+	case p.Buffer < 1 || p.Buffer > 1<<30:
+		return bad("buffer %d bytes per VL: want 1 B to 1 GiB", p.Buffer)
+	case p.RetryTimeout < 0:
+		return bad("retry timeout %v: want >= 0", p.RetryTimeout)
 	case p.HeaderBytes < 0 || p.FirstBytes < 0:
-		return p, fmt.Errorf("packet: header bytes %d, first-packet bytes %d: want >= 0", p.HeaderBytes, p.FirstBytes)
+		return bad("header bytes %d, first-packet bytes %d: want >= 0", p.HeaderBytes, p.FirstBytes)
 	case p.MsgOverhead < 0 || p.NICLatency < 0 || p.NVLinkLatency < 0:
-		return p, fmt.Errorf("packet: message overhead %v, NIC latency %v, NVLink latency %v: want >= 0", p.MsgOverhead, p.NICLatency, p.NVLinkLatency)
+		return bad("message overhead %v, NIC latency %v, NVLink latency %v: want >= 0", p.MsgOverhead, p.NICLatency, p.NVLinkLatency)
 	case p.Chunk < 1 || p.Chunk > 1<<30:
-		return p, fmt.Errorf("packet: chunk %d bytes: want 1 B to 1 GiB", p.Chunk)
+		return bad("chunk %d bytes: want 1 B to 1 GiB", p.Chunk)
 	case p.Slots < 1 || p.Slots > 1024:
-		return p, fmt.Errorf("packet: slots %d: want 1 to 1024", p.Slots)
+		return bad("slots %d: want 1 to 1024", p.Slots)
 	case p.QPsPerConn < 1 || p.QPsPerConn > 64:
-		return p, fmt.Errorf("packet: QPs per connection %d: want 1 to 64", p.QPsPerConn)
-	case !(p.NVLinkRate > 0):
-		return p, fmt.Errorf("packet: NVLink rate %g B/s: want > 0", p.NVLinkRate)
+		return bad("QPs per connection %d: want 1 to 64", p.QPsPerConn)
+	case !(p.NVLinkRate > 0 && p.NVLinkRate <= 1e15):
+		return bad("NVLink rate %g B/s: want > 0 and <= 1e15", p.NVLinkRate)
 	case p.Routing > RouteAdaptive:
-		return p, fmt.Errorf("packet: %v: want dmodk, ecmp or adaptive", p.Routing)
+		return bad("%v: want dmodk, ecmp or adaptive", p.Routing)
 	case p.VLWeights != nil && len(p.VLWeights) != p.VLs:
-		return p, fmt.Errorf("packet: %d VL weights for %d VLs", len(p.VLWeights), p.VLs)
+		return bad("%d VL weights for %d VLs", len(p.VLWeights), p.VLs)
 	}
 	for i, w := range p.VLWeights {
 		if w < 1 || w > 255 {
-			return p, fmt.Errorf("packet: VL %d weight %d: want 1 to 255", i, w)
+			return bad("VL %d weight %d: want 1 to 255", i, w)
 		}
 	}
 	return p, nil

@@ -9,11 +9,10 @@ type fifo struct {
 	h int
 }
 
-func (q *fifo) len() int       { return len(q.b) - q.h }
-func (q *fifo) empty() bool    { return q.h == len(q.b) }
-func (q *fifo) front() int32   { return q.b[q.h] }
-func (q *fifo) push(v int32)   { q.b = append(q.b, v) }
-func (q *fifo) at(i int) int32 { return q.b[q.h+i] }
+func (q *fifo) len() int     { return len(q.b) - q.h }
+func (q *fifo) empty() bool  { return q.h == len(q.b) }
+func (q *fifo) front() int32 { return q.b[q.h] }
+func (q *fifo) push(v int32) { q.b = append(q.b, v) }
 
 func (q *fifo) pop() int32 {
 	v := q.b[q.h]

@@ -100,6 +100,10 @@ type Result struct {
 	Packets int64 // injected
 	Payload int64 // bytes injected by NICs (equal to delivered: Verify)
 	NVLink  int64 // messages that stayed inside a host
+	// Lost is the payload bytes stranded by link failures (and resent
+	// after the retry timeout); LostPkts the packets. Never anything else.
+	Lost, LostPkts int64
+	LostWire       int64 // the lost packets' bytes on the wire
 	// MaxBuffer is the fullest any input buffer got, bytes (never above
 	// Params.Buffer).
 	MaxBuffer int64
@@ -197,6 +201,9 @@ func build(cfg Config) (*model, error) {
 		return nil, fmt.Errorf("packet: %w: %w", ErrConfig, err)
 	}
 	r := cfg.Router
+	if r != nil && r.Graph() != g {
+		return bad("the router was built for topology %q, not this %q", r.Graph().Name, g.Name)
+	}
 	if r == nil {
 		r, err = route.New(g)
 		var u *route.UnreachableError
@@ -282,7 +289,7 @@ func (m *model) result(cfg Config, wall time.Duration) *Result {
 	res := &Result{
 		Name: cfg.Name, Ranks: s.Ranks, Bytes: cfg.Bytes, Time: m.w.end,
 		Events: m.sim.Events(), Wall: wall, Packets: m.n.injectedPkts, Payload: m.n.injected,
-		NVLink: m.w.nvChunks, MaxBuffer: int64(m.n.maxOcc) * int64(m.n.p.CreditUnit),
+		NVLink: m.w.nvChunks, Lost: m.n.lost, LostPkts: m.n.lostPkts, LostWire: m.n.lostWire, MaxBuffer: int64(m.n.maxOcc) * int64(m.n.p.CreditUnit),
 		Factor: BusFactor(s.Collective, s.Ranks),
 	}
 	if m.w.end > 0 {
@@ -319,13 +326,14 @@ func (n *Net) portStats(end des.Time) []PortStat {
 }
 
 // Verify checks the run's conservation laws: every byte and packet
-// injected was delivered, no packet is left in a queue or on a wire, and
+// injected was delivered (or lost to a link failure and resent, and the
+// resend delivered), no packet is left in a queue or on a wire, and
 // on every link and VL the sender's credits plus those on their way back
 // equal the receiver's buffer (nothing in it).
 func (n *Net) Verify() error {
-	if n.injected != n.delivered || n.injectedPkts != n.deliveredPkts {
-		return fmt.Errorf("packet: %d bytes in %d packets injected, %d bytes in %d packets delivered: %w",
-			n.injected, n.injectedPkts, n.delivered, n.deliveredPkts, ErrDrop)
+	if n.injected+n.resent != n.delivered+n.lost || n.injectedPkts+n.resentPkts != n.deliveredPkts+n.lostPkts || n.resent != n.lost {
+		return fmt.Errorf("packet: %d bytes in %d packets injected and %d in %d resent; %d bytes in %d packets delivered and %d in %d lost to link failures: %w",
+			n.injected, n.injectedPkts, n.resent, n.resentPkts, n.delivered, n.deliveredPkts, n.lost, n.lostPkts, ErrDrop)
 	}
 	if len(n.free) != len(n.pkts) {
 		return fmt.Errorf("packet: %d packets still held at the end: %w", len(n.pkts)-len(n.free), ErrDrop)
