@@ -47,6 +47,10 @@ type Config struct {
 	// NoReuse solves every step afresh instead of reusing the solution of
 	// an earlier step with the same flows.
 	NoReuse bool
+	// Iterations runs the phases this many times back to back (default 1),
+	// as a training job repeats its all-reduce; Result.Iters has each one's
+	// end, so a failure's effect shows per iteration.
+	Iterations int
 }
 
 // Result is what a flow-level run measured.
@@ -62,6 +66,9 @@ type Result struct {
 	Reused       int64 // steps whose solution was reused
 	Flows        int64 // flows over all steps, reused ones included
 	Ports        []packet.PortStat
+	// Iters is when each iteration ended; AlgBW and BusBW are per
+	// iteration (Time / Iterations).
+	Iters []des.Time
 }
 
 // ErrConfig is wrapped by errors about a Config.
@@ -128,10 +135,14 @@ func Run(cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i := range cfg.Phases {
-		if err := e.phase(&cfg.Phases[i]); err != nil {
-			return nil, err
+	iters := max(cfg.Iterations, 1)
+	for range iters {
+		for i := range cfg.Phases {
+			if err := e.phase(&cfg.Phases[i]); err != nil {
+				return nil, err
+			}
 		}
+		e.res.Iters = append(e.res.Iters, e.now)
 	}
 	e.finish(time.Since(wall))
 	return &e.res, nil
@@ -151,6 +162,8 @@ func newEngine(cfg Config) (*engine, error) {
 		return bad("topology %q has no hosts", g.Name)
 	case cfg.ElemSize < 0 || cfg.ElemSize > 16:
 		return bad("element size %d: want 1 to 16 (0: 4)", cfg.ElemSize)
+	case cfg.Iterations < 0 || cfg.Iterations > 1<<20:
+		return bad("iterations %d: want 1 to %d (0: 1)", cfg.Iterations, 1<<20)
 	}
 	p, err := packet.CheckParams(cfg.Params)
 	if err != nil {
@@ -553,12 +566,19 @@ func (e *engine) failDue(now des.Time) bool {
 	return any
 }
 
-// reroute gives the active flows new paths after a failure.
+// reroute gives the active flows new paths after a failure, placing
+// them in order (adaptive routing counts the flows placed so far on each
+// port, as at the start of a step); finished flows keep theirs.
 func (e *engine) reroute(act []int32) error {
+	active := make([]bool, len(e.f))
+	for _, fi := range act {
+		active[fi] = true
+	}
+	clear(e.load)
 	var nf Flows
 	for i := range e.f {
 		res := e.fl.Res[e.fl.Off[i]:e.fl.Off[i+1]]
-		if len(res) == 0 || int(res[0]) >= e.nports {
+		if !active[i] || len(res) == 0 || int(res[0]) >= e.nports {
 			nf.Add(res...)
 			continue
 		}
@@ -572,6 +592,7 @@ func (e *engine) reroute(act []int32) error {
 		r32 := make([]int32, len(e.path))
 		for k, p := range e.path {
 			r32[k] = int32(p)
+			e.load[p]++
 		}
 		nf.Add(r32...)
 	}
@@ -601,7 +622,7 @@ func (e *engine) finish(wall time.Duration) {
 		}
 	}
 	if e.now > 0 {
-		res.AlgBW = float64(res.Bytes) / e.now.Seconds()
+		res.AlgBW = float64(res.Bytes) * float64(len(res.Iters)) / e.now.Seconds()
 		res.BusBW = res.AlgBW * packet.BusFactor(coll, res.Ranks)
 	}
 	for _, m := range e.memo {
