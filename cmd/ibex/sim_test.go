@@ -169,7 +169,7 @@ func TestSimHelp(t *testing.T) {
 }
 
 func simRunOpts() simRunOptions {
-	return simRunOptions{min: "64M", factor: 2, pipeline: 1, routing: "dmodk", seed: 1, top: 3, engine: "packet", seeds: 1}
+	return simRunOptions{min: "64M", factor: 2, pipeline: 1, routing: "dmodk", seed: 1, top: 3, engine: "packet", seeds: 1, iters: 1}
 }
 
 func TestSimRun(t *testing.T) {
@@ -343,6 +343,55 @@ func TestSimRunFlowEngine(t *testing.T) {
 		{func(o *simRunOptions) { o.hier = true }, "--hier needs --engine flow"},
 		{func(o *simRunOptions) { o.engine, o.trace = "flow", "x.json" }, "--trace needs --engine packet"},
 		{func(o *simRunOptions) { o.engine, o.hier, o.gpus = "flow", true, 12 }, "--hier: all_reduce"},
+	} {
+		o := simRunOpts()
+		o.gpus = 16
+		c.edit(&o)
+		err := runSimRun(io.Discard, io.Discard, superpod1SU, "all_reduce", o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error containing %q", o, err, c.want)
+		}
+	}
+}
+
+func TestSimRunFailures(t *testing.T) {
+	o := simRunOpts()
+	o.min, o.engine, o.iters, o.routing = "64M", "flow", 3, "dmodk,adaptive"
+	o.failSwitch = []string{"spine3@2ms"}
+	var out bytes.Buffer
+	if err := runSimRun(&out, io.Discard, "../../examples/superpod-1024gpu.yaml", "permutation", o); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"# switch spine3 fails at 2ms (all its links)",
+		"# 3 iterations back to back",
+		"# failures, dmodk routing:",
+		"iterations slowed: 2,3 of 3",
+		"# failures, adaptive routing:",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	o = simRunOpts()
+	o.gpus, o.min, o.engine, o.failRandom, o.asJSON = 64, "16M", "flow", 3, true
+	out.Reset()
+	if err := runSimRun(&out, io.Discard, superpod1SU, "all_reduce", o); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ Rows []simRow }
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || len(rep.Rows) != 1 || rep.Rows[0].BaseTimeUS == 0 {
+		t.Errorf("--fail-random --json: %v %+v", err, rep.Rows)
+	}
+	for _, c := range []struct {
+		edit func(*simRunOptions)
+		want string
+	}{
+		{func(o *simRunOptions) { o.failSwitch = []string{"spine99@1ms"} }, `no switch "spine99"`},
+		{func(o *simRunOptions) { o.failSwitch = []string{"spine0"} }, "want NAME@TIME"},
+		{func(o *simRunOptions) { o.iters = 2 }, "--iters needs --engine flow"},
+		{func(o *simRunOptions) { o.engine, o.failRandom = "flow", 100000 }, "100000 random failures"},
 	} {
 		o := simRunOpts()
 		o.gpus = 16

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,6 +50,10 @@ type simRunOptions struct {
 	engine      string
 	hier        bool
 	seeds       int
+	iters       int
+	failSwitch  []string
+	failRandom  int
+	failWindow  time.Duration
 }
 
 func newSimRunCmd() *cobra.Command {
@@ -90,7 +95,7 @@ func newSimRunCmd() *cobra.Command {
 	f.StringVar(&o.on, "on", "", "ranks on these GPUs, in rank order: a list of GPU numbers and ranges (host × GPUs per host + index), e.g. 0-7,64-71")
 	f.IntVar(&o.channels, "channels", 0, "channels (default: NICs per host)")
 	f.IntVar(&o.pipeline, "pipeline", 1, "split every slot of the algorithm into this many pieces (coll/algo's pipeline)")
-	f.StringVar(&o.routing, "routing", "dmodk", "dmodk (OpenSM ftree), ecmp (hash per QP) or adaptive (least-loaded port)")
+	f.StringVar(&o.routing, "routing", "dmodk", "dmodk (OpenSM ftree), ecmp (hash per QP) or adaptive (least-loaded port); a comma list runs each (dmodk,adaptive)")
 	f.Uint64Var(&o.seed, "seed", 1, "seed: salts the ECMP hashes and draws the permutation; the same seed replays a run")
 	f.IntVar(&o.vls, "vls", 0, "data VLs (QP i on VL i mod VLs; default 1)")
 	f.StringVar(&o.buffer, "buffer", "", "receive buffer per port per VL (default 64K)")
@@ -109,28 +114,36 @@ func newSimRunCmd() *cobra.Command {
 	f.BoolVar(&o.progress, "progress", true, "show a progress line on stderr for runs longer than 2 s")
 	f.StringVar(&o.engine, "engine", "packet", "packet (every packet and credit) or flow (max-min fair rates per step; 100k GPUs in seconds)")
 	f.BoolVar(&o.hier, "hier", false, "all_reduce as NCCL does across nodes: ring reduce-scatter in each host, --algo (ring or tree) per rail across hosts, ring all-gather in each host (flow engine)")
+	f.IntVar(&o.iters, "iters", 1, "run the operation this many times back to back in one simulation (flow engine), reporting each iteration's time when links fail")
+	f.StringArrayVar(&o.failSwitch, "fail-switch", nil, "fail every link of a switch at a simulated time: NAME@TIME (spine3@1ms); repeatable")
+	f.IntVar(&o.failRandom, "fail-random", 0, "fail this many switch-to-switch links, drawn from --seed, at random times within --fail-window")
+	f.DurationVar(&o.failWindow, "fail-window", 0, "window of --fail-random's times (default: the run's time without failures)")
 	f.IntVar(&o.seeds, "seeds", 1, "run every size with this many seeds from --seed on and report the spread (ECMP collisions)")
 	return cmd
 }
 
 // simRow is one size's result, as --json prints it.
 type simRow struct {
-	Name        string  `json:"name"`
-	Engine      string  `json:"engine"`
-	Seed        uint64  `json:"seed"`
-	Ranks       int     `json:"ranks"`
-	Bytes       int64   `json:"bytes"`
-	TimeUS      float64 `json:"time_us"`
-	AlgBW       float64 `json:"algbw_GBps"`
-	BusBW       float64 `json:"busbw_GBps"`
-	BusBWPerNIC float64 `json:"busbw_per_nic_GBps"`
-	WaitUS      float64 `json:"credit_wait_us"`
-	MaxBuffer   int64   `json:"max_buffer_bytes"`
-	Packets     int64   `json:"packets"`
-	Events      uint64  `json:"events"` // packet: events handled; flow: max-min solves
-	WallS       float64 `json:"wall_s"`
-	EventsPerS  float64 `json:"events_per_s"`
-	Links       []link  `json:"hottest_links"`
+	Name        string    `json:"name"`
+	Engine      string    `json:"engine"`
+	Seed        uint64    `json:"seed"`
+	Ranks       int       `json:"ranks"`
+	Bytes       int64     `json:"bytes"`
+	TimeUS      float64   `json:"time_us"`
+	AlgBW       float64   `json:"algbw_GBps"`
+	BusBW       float64   `json:"busbw_GBps"`
+	BusBWPerNIC float64   `json:"busbw_per_nic_GBps"`
+	WaitUS      float64   `json:"credit_wait_us"`
+	MaxBuffer   int64     `json:"max_buffer_bytes"`
+	Packets     int64     `json:"packets"`
+	Events      uint64    `json:"events"` // packet: events handled; flow: max-min solves
+	Routing     string    `json:"routing"`
+	IterUS      []float64 `json:"iteration_us,omitempty"` // each iteration's length
+	BaseTimeUS  float64   `json:"time_without_failures_us,omitempty"`
+	ItersHit    int       `json:"iterations_slowed,omitempty"`
+	WallS       float64   `json:"wall_s"`
+	EventsPerS  float64   `json:"events_per_s"`
+	Links       []link    `json:"hottest_links"`
 }
 
 type link struct {
@@ -143,6 +156,17 @@ type link struct {
 }
 
 func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error {
+	if rs := strings.Split(o.routing, ","); len(rs) > 1 {
+		// One report per routing, one after the other.
+		for _, r := range rs {
+			o2 := o
+			o2.routing = strings.TrimSpace(r)
+			if err := runSimRun(out, errOut, path, what, o2); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	s, err := topo.Load(path)
 	if err != nil {
 		return err
@@ -180,6 +204,16 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	if err != nil {
 		return err
 	}
+	sw, err := parseSwitchFailures(g, o.failSwitch)
+	if err != nil {
+		return err
+	}
+	linkFails := len(fails)
+	fails = append(fails, sw...)
+	compare := len(fails) > 0 || o.failRandom > 0
+	if o.failRandom < 0 || o.failWindow < 0 || o.iters < 1 {
+		return fmt.Errorf("sim run: --fail-random %d, --fail-window %v, --iters %d: want >= 0, >= 0, >= 1", o.failRandom, o.failWindow, o.iters)
+	}
 	lo, err := units.ParseBytes(o.min)
 	if err != nil {
 		return fmt.Errorf("sim run: -b %q: %w", o.min, err)
@@ -212,8 +246,15 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 			units.FormatBytes(int64(orDefault(p.Chunk, packet.Defaults.Chunk))), orDefault(p.Slots, packet.Defaults.Slots),
 			orDefault(p.QPsPerConn, packet.Defaults.QPsPerConn), orDefault(p.VLs, packet.Defaults.VLs),
 			units.FormatBytes(int64(orDefault(p.Buffer, packet.Defaults.Buffer))), o.seed)
-		for _, f := range fails {
+		for _, f := range fails[:linkFails] {
 			ew.printf("# link %s fails at %v\n", g.LinkName(f.Link), f.At)
+		}
+		for _, f := range o.failSwitch {
+			name, when, _ := strings.Cut(f, "@")
+			ew.printf("# switch %s fails at %s (all its links)\n", name, when)
+		}
+		if o.iters > 1 {
+			ew.printf("# %d iterations back to back; time and bandwidth are per iteration\n", o.iters)
 		}
 		ev, evs := "events", "Mev/s"
 		if o.engine == "flow" {
@@ -237,9 +278,52 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 			if o.progress {
 				cfg.Progress = errOut
 			}
+			var base simRow
+			if compare {
+				// The same run without failures, to measure what they cost.
+				bc := cfg
+				bc.Failures = nil
+				if base, _, err = simOne(bc, o, false); err != nil {
+					return fmt.Errorf("sim run: %s, %d bytes, seed %d, without failures: %w", name, size, seed, err)
+				}
+				if o.failRandom > 0 {
+					window := des.Time(o.failWindow.Nanoseconds()) * des.Nanosecond
+					if window == 0 {
+						window = des.Time(base.TimeUS*float64(o.iters)*float64(des.Microsecond)) + 1
+					}
+					rf, err := flow.RandomFailures(g, o.failRandom, window, seed)
+					if err != nil {
+						return fmt.Errorf("sim run: --fail-random: %w", err)
+					}
+					cfg.Failures = append(slices.Clone(fails), rf...)
+					for _, f := range rf {
+						if !o.asJSON {
+							ew.printf("# seed %d: link %s fails at %v\n", seed, g.LinkName(f.Link), f.At)
+						}
+					}
+				}
+			}
 			row, ports, err := simOne(cfg, o, size*o.factor > hi && k == o.seeds-1)
 			if err != nil {
 				return fmt.Errorf("sim run: %s, %d bytes, seed %d: %w", name, size, seed, err)
+			}
+			if compare {
+				row.BaseTimeUS = base.TimeUS
+				var hit []string
+				for i := range min(len(row.IterUS), len(base.IterUS)) {
+					if row.IterUS[i] > base.IterUS[i] {
+						hit = append(hit, strconv.Itoa(i+1))
+					}
+				}
+				row.ItersHit = len(hit)
+				if !o.asJSON {
+					h := "none"
+					if len(hit) > 0 {
+						h = strings.Join(hit, ",")
+					}
+					ew.printf("# failures, %v routing: %.1f us without, %.1f us with (%+.2f%%); iterations slowed: %s of %d\n",
+						p.Routing, base.TimeUS*float64(o.iters), row.TimeUS*float64(o.iters), 100*(row.TimeUS/base.TimeUS-1), h, o.iters)
+				}
 			}
 			row.BusBWPerNIC = row.BusBW / float64(perHost)
 			row.Seed = seed
@@ -307,11 +391,14 @@ func peakRSS() int64 {
 // simOne runs one size with one seed on the chosen engine. trace says
 // whether this run writes the trace file.
 func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.PortStat, error) {
-	row := simRow{Engine: o.engine, Bytes: cfg.Bytes}
+	row := simRow{Engine: o.engine, Bytes: cfg.Bytes, Routing: cfg.Params.Routing.String()}
 	switch o.engine {
 	case "packet":
 		if o.hier {
 			return row, nil, fmt.Errorf("--hier needs --engine flow")
+		}
+		if o.iters > 1 {
+			return row, nil, fmt.Errorf("--iters needs --engine flow")
 		}
 		if trace && o.trace != "" {
 			f, err := os.Create(o.trace)
@@ -329,13 +416,14 @@ func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.Po
 		row.AlgBW, row.BusBW = res.AlgBW/1e9, res.BusBW/1e9
 		row.WaitUS, row.MaxBuffer, row.Packets = float64(res.Wait)/float64(des.Microsecond), res.MaxBuffer, res.Packets
 		row.Events, row.WallS, row.EventsPerS = res.Events, res.Wall.Seconds(), res.EventsPerSec()
+		row.IterUS = []float64{row.TimeUS}
 		return row, res.Ports, nil
 	case "flow":
 		if o.trace != "" {
 			return row, nil, fmt.Errorf("--trace needs --engine packet")
 		}
 		fc := flow.Config{Graph: cfg.Graph, Params: cfg.Params, Seed: cfg.Seed, LocalNIC: cfg.LocalNIC, Failures: cfg.Failures,
-			Name: cfg.Name, Ranks: cfg.Schedule.Ranks, Bytes: cfg.Bytes, Collective: cfg.Schedule.Collective}
+			Name: cfg.Name, Ranks: cfg.Schedule.Ranks, Bytes: cfg.Bytes, Collective: cfg.Schedule.Collective, Iterations: o.iters}
 		if o.hier {
 			gpn := int(cfg.Graph.Nodes[0].NumNICs)
 			c, a := cfg.Schedule.Collective, cfg.Schedule.Algorithm
@@ -354,8 +442,14 @@ func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.Po
 		if err != nil {
 			return row, nil, err
 		}
-		row.Name, row.Ranks, row.TimeUS = res.Name, res.Ranks, float64(res.Time)/float64(des.Microsecond)
+		row.Name, row.Ranks = res.Name, res.Ranks
+		row.TimeUS = float64(res.Time) / float64(des.Microsecond) / float64(len(res.Iters))
 		row.AlgBW, row.BusBW = res.AlgBW/1e9, res.BusBW/1e9
+		var prev des.Time
+		for _, e := range res.Iters {
+			row.IterUS = append(row.IterUS, float64(e-prev)/float64(des.Microsecond))
+			prev = e
+		}
 		row.Events, row.WallS = uint64(res.Solves), res.Wall.Seconds()
 		row.EventsPerS = float64(res.Solves) / res.Wall.Seconds()
 		return row, res.Ports, nil
@@ -445,6 +539,34 @@ func parseGPUList(s string, total int) ([]int32, error) {
 		for g := lo; g <= hi; g++ {
 			out = append(out, int32(g))
 		}
+	}
+	return out, nil
+}
+
+// parseSwitchFailures reads --fail-switch values: NAME@TIME.
+func parseSwitchFailures(g *topo.Graph, specs []string) ([]packet.Failure, error) {
+	var out []packet.Failure
+	for _, s := range specs {
+		what, when, ok := strings.Cut(s, "@")
+		d, err := time.ParseDuration(when)
+		if !ok || err != nil || d < 0 {
+			return nil, fmt.Errorf("sim run: --fail-switch %q: want NAME@TIME, e.g. spine3@1ms", s)
+		}
+		sw := topo.NodeID(-1)
+		for id := range g.Nodes {
+			if g.Nodes[id].Kind == topo.KindSwitch && g.NodeName(topo.NodeID(id)) == what {
+				sw = topo.NodeID(id)
+				break
+			}
+		}
+		if sw < 0 {
+			return nil, fmt.Errorf("sim run: --fail-switch %q: no switch %q (switches are named like leaf0, spine3, core7)", s, what)
+		}
+		fs, err := flow.SwitchFailure(g, sw, des.Time(d.Nanoseconds())*des.Nanosecond)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fs...)
 	}
 	return out, nil
 }
