@@ -25,7 +25,7 @@ func newSimCmd() *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(newSimTopoCmd(), newSimRunCmd())
+	cmd.AddCommand(newSimTopoCmd(), newSimRunCmd(), newSimSweepCmd())
 	return cmd
 }
 

@@ -402,3 +402,45 @@ func TestSimRunFailures(t *testing.T) {
 		}
 	}
 }
+
+func TestSimSweep(t *testing.T) {
+	dir := t.TempDir()
+	o := simSweepOptions{
+		topos: superpod1SU + ",../../examples/fattree-2tier-k64.yaml", sizes: "1M,16M", algos: "ring,tree",
+		routings: "dmodk,adaptive", seeds: "1-2",
+		csvFile: filepath.Join(dir, "s.csv"), jsonFile: filepath.Join(dir, "s.json"), plotFile: filepath.Join(dir, "s.png"),
+	}
+	o.run = simRunOpts()
+	o.run.engine, o.run.gpus = "flow", 32
+	var out bytes.Buffer
+	if err := runSimSweep(&out, "all_reduce", o); err != nil {
+		t.Fatal(err)
+	}
+	const runs = 2 * 2 * 2 * 2 * 2 // topologies × sizes × algorithms × routings × seeds
+	data, err := os.ReadFile(o.csvFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(data), "\n"); lines != runs+1 {
+		t.Errorf("CSV has %d lines, want a header and %d rows", lines, runs)
+	}
+	var rows []sweepRow
+	if b, err := os.ReadFile(o.jsonFile); err != nil || json.Unmarshal(b, &rows) != nil || len(rows) != runs {
+		t.Fatalf("JSON: %v, %d rows, want %d", err, len(rows), runs)
+	}
+	for _, r := range rows {
+		if r.BusBW <= 0 || r.TimeUS <= 0 || r.Ranks != 32 {
+			t.Errorf("row %+v", r)
+		}
+	}
+	if st, err := os.Stat(o.plotFile); err != nil || st.Size() < 1000 {
+		t.Errorf("plot: %v", err)
+	}
+	if _, err := parseSeeds("3-1"); err == nil {
+		t.Error("--seeds 3-1 accepted")
+	}
+	o.topos = ""
+	if err := runSimSweep(io.Discard, "all_reduce", o); err == nil || !strings.Contains(err.Error(), "--topos") {
+		t.Errorf("no topologies: %v", err)
+	}
+}

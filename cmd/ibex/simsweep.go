@@ -1,0 +1,310 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/ibex-rdma/ibex/internal/units"
+	"github.com/ibex-rdma/ibex/sim/packet"
+	"github.com/ibex-rdma/ibex/sim/topo"
+)
+
+type simSweepOptions struct {
+	run      simRunOptions
+	topos    string
+	sizes    string
+	algos    string
+	routings string
+	seeds    string
+	csvFile  string
+	jsonFile string
+	plotFile string
+}
+
+func newSimSweepCmd() *cobra.Command {
+	var o simSweepOptions
+	cmd := &cobra.Command{
+		Use:   "sweep [COLLECTIVE|PATTERN] --topos FILES [flags]",
+		Short: "Run a collective over every combination of topologies, sizes, algorithms, routings and seeds",
+		Long: "Sweep the simulator: every combination of --topos, --sizes, --algos, --routing and --seeds\n" +
+			"runs once (flow engine by default: it is the one fast enough for sweeps). Each run is a\n" +
+			"line of the table on stdout and a row of --csv and --json; --plot draws busbw against size,\n" +
+			"one line per topology, algorithm and routing (the median over seeds).",
+		Example: "  ibex sim sweep all_reduce --topos examples/superpod-1su.yaml,examples/fattree-2tier-k64.yaml --gpus 128 \\\n" +
+			"      --sizes 1M,16M,256M,1G --algos ring,tree --csv sweep.csv --plot sweep.png\n" +
+			"  ibex sim sweep permutation --topos examples/fattree-2tier-k64-2to1.yaml --gpus 512 --sizes 16M --routing ecmp,adaptive --seeds 1-20",
+		Args: cobra.RangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			what := "all_reduce"
+			if len(args) == 1 {
+				what = args[0]
+			}
+			return runSimSweep(cmd.OutOrStdout(), what, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.topos, "topos", "", "topology files, comma-separated (required)")
+	f.StringVar(&o.sizes, "sizes", "1M,16M,256M", "sizes, comma-separated (K, M, G suffixes)")
+	f.StringVar(&o.algos, "algos", "", "algorithms, comma-separated (default ring; direct for all_to_all; none for patterns)")
+	f.StringVar(&o.routings, "routing", "dmodk", "routings, comma-separated: dmodk, ecmp, adaptive")
+	f.StringVar(&o.seeds, "seeds", "1", "seeds: a list and ranges, 1-20,33")
+	f.IntVar(&o.run.gpus, "gpus", 0, "ranks: the first N GPUs of each topology (default all)")
+	f.StringVar(&o.run.engine, "engine", "flow", "packet or flow")
+	f.BoolVar(&o.run.hier, "hier", false, "hierarchical all_reduce (flow engine), see ibex sim run")
+	f.IntVar(&o.run.pipeline, "pipeline", 1, "coll/algo's pipeline")
+	f.IntVar(&o.run.channels, "channels", 0, "channels (default: NICs per host)")
+	f.StringVar(&o.csvFile, "csv", "", "write the rows as CSV to this file")
+	f.StringVar(&o.jsonFile, "json", "", "write the rows as JSON to this file")
+	f.StringVar(&o.plotFile, "plot", "", "draw busbw against size into this PNG/SVG/PDF file")
+	return cmd
+}
+
+// sweepRow is one run of a sweep.
+type sweepRow struct {
+	Topology string  `json:"topology"`
+	What     string  `json:"what"`
+	Algo     string  `json:"algo"`
+	Routing  string  `json:"routing"`
+	Seed     uint64  `json:"seed"`
+	Bytes    int64   `json:"bytes"`
+	Ranks    int     `json:"ranks"`
+	TimeUS   float64 `json:"time_us"`
+	AlgBW    float64 `json:"algbw_GBps"`
+	BusBW    float64 `json:"busbw_GBps"`
+	WallS    float64 `json:"wall_s"`
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// parseSeeds reads "1-20,33".
+func parseSeeds(s string) ([]uint64, error) {
+	var out []uint64
+	for _, part := range splitList(s) {
+		a, b, isRange := strings.Cut(part, "-")
+		lo, err1 := strconv.ParseUint(a, 10, 64)
+		hi, err2 := lo, error(nil)
+		if isRange {
+			hi, err2 = strconv.ParseUint(b, 10, 64)
+		}
+		if err1 != nil || err2 != nil || hi < lo || hi-lo > 1e5 {
+			return nil, fmt.Errorf("sim sweep: --seeds %q: %q: want numbers and ranges a-b", s, part)
+		}
+		for x := lo; x <= hi; x++ {
+			out = append(out, x)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("sim sweep: --seeds %q: no seeds", s)
+	}
+	return out, nil
+}
+
+func runSimSweep(out io.Writer, what string, o simSweepOptions) error {
+	topos := splitList(o.topos)
+	if len(topos) == 0 {
+		return fmt.Errorf("sim sweep: --topos: give at least one topology file")
+	}
+	var sizes []int64
+	for _, s := range splitList(o.sizes) {
+		n, err := units.ParseBytes(s)
+		if err != nil {
+			return fmt.Errorf("sim sweep: --sizes: %q: %w", s, err)
+		}
+		sizes = append(sizes, n)
+	}
+	if len(sizes) == 0 {
+		return fmt.Errorf("sim sweep: --sizes: no sizes")
+	}
+	seeds, err := parseSeeds(o.seeds)
+	if err != nil {
+		return err
+	}
+	algos := splitList(o.algos)
+	if len(algos) == 0 {
+		algos = []string{""}
+	}
+	routings := splitList(o.routings)
+	if len(routings) == 0 {
+		return fmt.Errorf("sim sweep: --routing: none given")
+	}
+	ew := &errWriter{w: out}
+	ew.printf("# ibex sim sweep %s: %d topologies x %d sizes x %d algorithms x %d routings x %d seeds, engine %s\n",
+		what, len(topos), len(sizes), len(algos), len(routings), len(seeds), o.run.engine)
+	ew.printf("# %-28s %-8s %-8s %5s %12s %12s %12s %12s\n", "topology", "algo", "routing", "seed", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)")
+	var rows []sweepRow
+	for _, path := range topos {
+		spec, err := topo.Load(path)
+		if err != nil {
+			return err
+		}
+		g, err := spec.Build()
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		ranks := o.run.gpus
+		if ranks == 0 {
+			ranks = g.NumNICs
+		}
+		if ranks < 1 || ranks > g.NumNICs {
+			return fmt.Errorf("sim sweep: --gpus %d: %s has %d GPUs", o.run.gpus, path, g.NumNICs)
+		}
+		for _, a := range algos {
+			for _, r := range routings {
+				ro := o.run
+				ro.routing, ro.algo, ro.iters, ro.seeds = r, a, 1, 1
+				p, err := simParams(ro)
+				if err != nil {
+					return err
+				}
+				for _, seed := range seeds {
+					sched, name, err := simSchedule(what, a, ranks, max(ro.pipeline, 1), seed)
+					if err != nil {
+						return err
+					}
+					for _, size := range sizes {
+						cfg := packet.Config{Graph: g, Params: p, Seed: seed, Schedule: sched, Name: name, Bytes: size, Channels: ro.channels}
+						row, _, err := simOne(cfg, ro, false)
+						if err != nil {
+							return fmt.Errorf("sim sweep: %s %s %s seed %d %d bytes: %w", path, name, r, seed, size, err)
+						}
+						sr := sweepRow{Topology: path, What: what, Algo: a, Routing: r, Seed: seed, Bytes: size, Ranks: ranks,
+							TimeUS: row.TimeUS, AlgBW: row.AlgBW, BusBW: row.BusBW, WallS: row.WallS}
+						rows = append(rows, sr)
+						ew.printf("  %-28s %-8s %-8s %5d %12d %12.1f %12.2f %12.2f\n", shortName(path), a, r, seed, size, sr.TimeUS, sr.AlgBW, sr.BusBW)
+					}
+				}
+			}
+		}
+	}
+	if ew.err != nil {
+		return ew.err
+	}
+	if o.csvFile != "" {
+		if err := writeSweepCSV(o.csvFile, rows); err != nil {
+			return err
+		}
+	}
+	if o.jsonFile != "" {
+		data, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.jsonFile, append(data, '\n'), 0o644); err != nil {
+			return fmt.Errorf("sim sweep: --json: %w", err)
+		}
+	}
+	if o.plotFile != "" {
+		return plotSweep(o.plotFile, what, rows)
+	}
+	return nil
+}
+
+func shortName(path string) string {
+	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+		path = path[i+1:]
+	}
+	return strings.TrimSuffix(path, ".yaml")
+}
+
+func writeSweepCSV(file string, rows []sweepRow) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("sim sweep: --csv: %w", err)
+	}
+	w := csv.NewWriter(f)
+	w.Write([]string{"topology", "what", "algo", "routing", "seed", "bytes", "ranks", "time_us", "algbw_GBps", "busbw_GBps", "wall_s"})
+	for _, r := range rows {
+		w.Write([]string{r.Topology, r.What, r.Algo, r.Routing, strconv.FormatUint(r.Seed, 10), strconv.FormatInt(r.Bytes, 10),
+			strconv.Itoa(r.Ranks), strconv.FormatFloat(r.TimeUS, 'f', 3, 64), strconv.FormatFloat(r.AlgBW, 'f', 3, 64),
+			strconv.FormatFloat(r.BusBW, 'f', 3, 64), strconv.FormatFloat(r.WallS, 'f', 4, 64)})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return fmt.Errorf("sim sweep: --csv: %w", err)
+	}
+	return f.Close()
+}
+
+// plotSweep draws busbw against size, one line per topology, algorithm
+// and routing, at the median over seeds.
+func plotSweep(file, what string, rows []sweepRow) error {
+	type key struct{ topo, algo, routing string }
+	type pt struct {
+		size int64
+		bw   []float64
+	}
+	series := map[key]map[int64][]float64{}
+	var order []key
+	for _, r := range rows {
+		k := key{shortName(r.Topology), r.Algo, r.Routing}
+		if series[k] == nil {
+			series[k] = map[int64][]float64{}
+			order = append(order, k)
+		}
+		series[k][r.Bytes] = append(series[k][r.Bytes], r.BusBW)
+	}
+	p := plot.New()
+	p.Title.Text = "ibex sim sweep " + what
+	p.X.Label.Text = "size [bytes]"
+	p.Y.Label.Text = "busbw [GB/s] (median over seeds)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Add(plotter.NewGrid())
+	palette := []color.Color{
+		color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
+		color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
+	}
+	for i, k := range order {
+		var pts []pt
+		for size, bw := range series[k] {
+			pts = append(pts, pt{size, bw})
+		}
+		sort.Slice(pts, func(a, b int) bool { return pts[a].size < pts[b].size })
+		xys := make(plotter.XYs, 0, len(pts))
+		for _, q := range pts {
+			if q.size <= 0 {
+				continue
+			}
+			sort.Float64s(q.bw)
+			xys = append(xys, plotter.XY{X: float64(q.size), Y: q.bw[len(q.bw)/2]})
+		}
+		l, sc, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return fmt.Errorf("sim sweep: plot: %w", err)
+		}
+		c := palette[i%len(palette)]
+		l.Color, sc.Color = c, c
+		p.Add(l, sc)
+		label := k.topo
+		if k.algo != "" {
+			label += " " + k.algo
+		}
+		p.Legend.Add(label+" "+k.routing, l, sc)
+	}
+	p.Legend.Top = true
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, file); err != nil {
+		return fmt.Errorf("sim sweep: plot %s: %w", file, err)
+	}
+	return nil
+}
