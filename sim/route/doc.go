@@ -10,6 +10,9 @@
 // the engine's own queue lengths). Eligible returns the whole set, Path the
 // whole route of one packet.
 //
+// In a multi-plane graph a packet stays in the plane of its source NIC:
+// routes join the NICs of one plane only.
+//
 // A Router is immutable: failing links builds a new one (WithFailed), and
 // any number of goroutines may read one.
 package route

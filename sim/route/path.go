@@ -30,9 +30,9 @@ func (p Policy) String() string {
 // Path appends to buf the output ports a packet from NIC src to NIC dst
 // leaves by, hop by hop under the policy (hash is ECMP's flow hash), the
 // first being src's port and the last the port into dst, and returns it.
-// It fails, wrapping ErrUnreachable, where a node has no eligible port,
-// and wrapping ErrTopology if the walk does not end (a routing loop, which
-// the tests rule out).
+// It fails, wrapping ErrUnreachable, where a node has no eligible port or
+// the NICs are in different planes, and wrapping ErrTopology if the walk
+// does not end (a routing loop, which the tests rule out).
 func (r *Router) Path(src, dst topo.NodeID, pol Policy, hash uint64, buf []topo.PortID) ([]topo.PortID, error) {
 	g := r.g
 	if src < r.nic0 || int(src-r.nic0) >= r.nics || dst < r.nic0 || int(dst-r.nic0) >= r.nics {
@@ -43,6 +43,10 @@ func (r *Router) Path(src, dst topo.NodeID, pol Policy, hash uint64, buf []topo.
 	}
 	if src == dst {
 		return buf, nil
+	}
+	if a, b := g.Nodes[src].Plane, g.Nodes[dst].Plane; a != b {
+		return buf, fmt.Errorf("route: path %s -> %s: NICs of planes %d and %d; a packet stays in its plane: %w",
+			g.NodeName(src), g.NodeName(dst), a, b, ErrUnreachable)
 	}
 	n := src
 	for range len(g.Nodes) {

@@ -40,6 +40,9 @@ type Router struct {
 	div     [4]uint32     // D-mod-k divisor of a choice made going up from a tier
 	leaves  []topo.NodeID // tree: leaf index -> node
 	classes int32
+	// planeLeaf0[p] is plane p's first leaf index (tree): a plane's leaves
+	// are consecutive; planeLeaf0[planes] is the number of leaves.
+	planeLeaf0 []int32
 }
 
 type nodeInfo struct {
@@ -76,13 +79,21 @@ const maxExplicitEntries = 1 << 22
 // listing them: the reachable pairs route normally, the others have no
 // eligible port.
 //
+// A multi-plane graph's planes are separate fabrics, and a packet never
+// leaves its plane: a NIC of plane p reaches the NICs of plane p only.
+// Pairs in different planes have no route (Reachable is false, Path fails
+// with ErrUnreachable), and are not counted as unreachable: the error
+// lists only same-plane pairs without a route. Choosing a plane for a
+// flow (per QP, say) is the caller's: the source NIC names it.
+//
 // Generated topologies (fattree, superpod) route up/down: a packet climbs
 // until it is at a switch with the destination below it, then descends.
 // At a switch with the destination below, the eligible ports are the down
 // ports leading to it (several where there are parallel cables); otherwise
 // the alive up ports whose upper switch can still reach it by the fewest
 // hops. The graph must be a tiered tree as Build makes it: NICs on
-// leaves, switch links between adjacent tiers.
+// leaves, switch links between adjacent tiers of one plane, each plane's
+// leaves consecutive.
 //
 // Explicit topologies route by shortest paths (BFS per destination, NICs
 // not forwarding), up to (NICs + switches) × NICs = 4,194,304.
@@ -214,13 +225,14 @@ func (r *Router) Eligible(sw, d topo.NodeID, buf []topo.PortID) []topo.PortID {
 }
 
 // DModK is OpenSM ftree's deterministic choice: the eligible port number
-// (key / div) mod n, where key is d's position in leaf order (a fat tree's
-// NIC index, leaf·slots + slot in a SuperPOD), n the number of eligible
-// ports and div the product of the up-port counts of the tiers below sw.
-// A leaf thus spreads destinations evenly over its uplinks, the next tier
-// spreads each uplink's share over its own uplinks by the next digit, and
-// a shift permutation on a full tree crosses no link twice. It returns
-// NoPort if d is unreachable.
+// (key / div) mod n, where key is d's position in leaf order in its plane
+// (leaf·slots + slot: a single-plane fat tree's NIC index, a SuperPOD
+// leaf's own order), n the number of eligible ports and div the product
+// of the up-port counts of the tiers below sw. A leaf thus spreads
+// destinations evenly over its uplinks, the next tier spreads each
+// uplink's share over its own uplinks by the next digit, and a shift
+// permutation on a full tree crosses no link twice. It returns NoPort if
+// d is unreachable.
 func (r *Router) DModK(sw, d topo.NodeID) topo.PortID {
 	ports, div := r.lookup(sw, d)
 	switch len(ports) {
@@ -265,7 +277,8 @@ func (r *Router) Adaptive(sw, d topo.NodeID, load func(topo.PortID) int64) topo.
 	return best
 }
 
-// Reachable says whether NIC src has a route to NIC dst.
+// Reachable says whether NIC src has a route to NIC dst; never across
+// planes.
 func (r *Router) Reachable(src, dst topo.NodeID) bool {
 	ports, _ := r.lookup(src, dst)
 	return len(ports) > 0

@@ -61,6 +61,9 @@ type treeBuilder struct {
 func (r *Router) buildTree() error {
 	g := r.g
 	tb := &treeBuilder{r: r, sw0: r.nic0 + topo.NodeID(r.nics)}
+	planes := int32(max(g.Planes, 1))
+	r.planeLeaf0 = make([]int32, planes+1)
+	plane := int32(0)
 	for id := tb.sw0; int(id) < len(g.Nodes); id++ {
 		n := &g.Nodes[id]
 		inf := &r.info[id-r.nic0]
@@ -69,14 +72,29 @@ func (r *Router) buildTree() error {
 			return fmt.Errorf("route: %s: a %v (tier %v) where a %s tree has switches of tiers leaf, spine, core: %w",
 				g.NodeName(id), n.Kind, n.Tier, g.Kind, ErrTopology)
 		}
+		if n.Plane < 0 || n.Plane >= planes {
+			return fmt.Errorf("route: %s: plane %d of a graph of %d: %w", g.NodeName(id), n.Plane, planes, ErrTopology)
+		}
 		inf.tier = uint8(n.Tier)
 		if n.Tier == topo.TierLeaf {
+			// Leaves come plane by plane, so that a plane is a range of
+			// classes and its NICs' keys count from its first leaf.
+			if n.Plane < plane {
+				return fmt.Errorf("route: %s: a leaf of plane %d after leaves of plane %d; a plane's leaves must be consecutive: %w",
+					g.NodeName(id), n.Plane, plane, ErrTopology)
+			}
+			for ; plane < n.Plane; plane++ {
+				r.planeLeaf0[plane+1] = int32(len(r.leaves))
+			}
 			inf.leaf = int32(len(r.leaves))
 			r.leaves = append(r.leaves, id)
 		}
 		tb.byTier[n.Tier] = append(tb.byTier[n.Tier], id)
 	}
 	r.classes = int32(len(r.leaves))
+	for ; plane < planes; plane++ {
+		r.planeLeaf0[plane+1] = r.classes
+	}
 	if err := r.checkTreeLinks(); err != nil {
 		return err
 	}
@@ -122,7 +140,9 @@ func (r *Router) buildTree() error {
 }
 
 // checkTreeLinks makes sure every link joins a NIC to a leaf or two
-// switches of adjacent tiers: up/down routing means nothing otherwise.
+// switches of adjacent tiers, in one plane: up/down routing means nothing
+// otherwise, and a packet that changed plane would leave the NICs it may
+// reach.
 func (r *Router) checkTreeLinks() error {
 	g := r.g
 	for l := range g.Links {
@@ -144,6 +164,10 @@ func (r *Router) checkTreeLinks() error {
 		if !ok {
 			return fmt.Errorf("route: link %s: joins a %v to a %v; a tree joins NICs to leaves and switches of adjacent tiers: %w",
 				g.LinkName(topo.LinkID(l)), tierWord(a), tierWord(b), ErrTopology)
+		}
+		if a.Plane != b.Plane {
+			return fmt.Errorf("route: link %s: joins plane %d to plane %d; planes are independent fabrics: %w",
+				g.LinkName(topo.LinkID(l)), a.Plane, b.Plane, ErrTopology)
 		}
 	}
 	return nil
@@ -170,6 +194,9 @@ func (r *Router) treeNICs() error {
 			return fmt.Errorf("route: node %d (%s): a %v with %d ports where the layout has NICs of one port: %w",
 				id, g.NodeName(id), n.Kind, n.NumPorts, ErrTopology)
 		}
+		if n.Plane < 0 || int(n.Plane) >= len(r.planeLeaf0)-1 {
+			return fmt.Errorf("route: %s: plane %d of a graph of %d: %w", g.NodeName(id), n.Plane, len(r.planeLeaf0)-1, ErrTopology)
+		}
 		p := n.FirstPort
 		q := g.Ports[p].Peer
 		if q == topo.NoPort || g.Ports[p].Link == topo.NoLink {
@@ -184,12 +211,15 @@ func (r *Router) treeNICs() error {
 			r.nicOut[i] = p
 		}
 	}
-	// The key orders NICs by leaf, then by leaf port: the NIC index of a
-	// fat tree, whose leaves fill in order; in a SuperPOD, whose NICs are
-	// numbered host by host across the rails, the leaf's own order.
+	// The key orders a plane's NICs by leaf, then by leaf port: the NIC
+	// index of a single-GPU, single-plane fat tree, whose leaves fill in
+	// order; in a SuperPOD, whose NICs are numbered host by host across
+	// the rails, the leaf's own order. Counting from the plane's first
+	// leaf gives every plane the keys, and so the spread, of one fabric.
 	for i := range r.nics {
-		if r.class[i] >= 0 {
-			r.key[i] = uint32(r.class[i])*uint32(slots) + uint32(slot[i])
+		if c := r.class[i]; c >= 0 {
+			first := r.planeLeaf0[g.Nodes[r.leaves[c]].Plane]
+			r.key[i] = uint32(c-first)*uint32(slots) + uint32(slot[i])
 		}
 	}
 	return nil

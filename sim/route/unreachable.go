@@ -20,7 +20,9 @@ const maxProblems = 10
 // (or, on a graph Check rejects, cabling). New returns it with a Router
 // that routes all the other pairs.
 type UnreachableError struct {
-	Pairs int64 // ordered pairs of distinct NICs without a route
+	// Pairs counts the ordered pairs of distinct NICs of one plane without
+	// a route; NICs of different planes are never routed and not counted.
+	Pairs int64
 	// CutOff are the NICs that reach no NIC outside their own leaf (in an
 	// explicit graph: no other NIC), in node order within each cause.
 	CutOff   []topo.NodeID
@@ -83,14 +85,18 @@ func (r *Router) deadNICs(e *UnreachableError) {
 // unreachableTree works per leaf pair: a NIC with a live link reaches
 // every NIC of its own leaf with one, and those of another leaf if its
 // leaf has a route there. Counting by leaf ranges keeps this linear in the
-// segments, not quadratic in the NICs.
+// segments, not quadratic in the NICs. Each plane is counted alone: its
+// leaves are a range, and no route leaves it.
 func (r *Router) unreachableTree() *UnreachableError {
 	g := r.g
 	e := &UnreachableError{}
 	r.deadNICs(e)
 	nl := len(r.leaves)
+	planes := len(r.planeLeaf0) - 1
 	alive := make([]int64, nl)
+	inPlane := make([]int64, planes)
 	for i := range r.nics {
+		inPlane[g.Nodes[r.nic0+topo.NodeID(i)].Plane]++
 		if r.nicOut[i] != topo.NoPort {
 			alive[r.class[i]]++
 		}
@@ -110,15 +116,19 @@ func (r *Router) unreachableTree() *UnreachableError {
 		})
 		reachable += alive[l] * (alive[l] - 1 + reach[l])
 	}
-	n := int64(r.nics)
-	e.Pairs = n*(n-1) - reachable
+	for _, n := range inPlane {
+		e.Pairs += n * (n - 1)
+	}
+	e.Pairs -= reachable
 
 	// A leaf cut off from all others is one problem, named by its NICs,
 	// not one for every leaf that cannot reach it.
 	cut := make([]bool, nl)
 	var members [][]topo.NodeID
 	for l := range nl {
-		if alive[l] == 0 || reach[l] > 0 || pre[nl]-alive[l] == 0 {
+		lo, hi := r.planeLeaves(int32(l))
+		others := pre[hi] - pre[lo] - alive[l]
+		if alive[l] == 0 || reach[l] > 0 || others == 0 {
 			continue
 		}
 		cut[l] = true
@@ -131,8 +141,12 @@ func (r *Router) unreachableTree() *UnreachableError {
 			}
 		}
 		e.CutOff = append(e.CutOff, members[l]...)
-		e.add("%s: cut off: its NICs %s reach none of the other %d NICs (no up/down route out of the leaf)",
-			g.NodeName(r.leaves[l]), r.names(members[l]), pre[nl]-alive[l])
+		of := ""
+		if planes > 1 {
+			of = " of plane " + strconv.Itoa(int(g.Nodes[r.leaves[l]].Plane))
+		}
+		e.add("%s: cut off: its NICs %s reach none of the other %d NICs%s (no up/down route out of the leaf)",
+			g.NodeName(r.leaves[l]), r.names(members[l]), others, of)
 	}
 	open := make([]int64, nl)
 	for l := range nl {
@@ -154,20 +168,28 @@ func (r *Router) unreachableTree() *UnreachableError {
 	return e
 }
 
-// leafSegs calls f for each range of other leaves in leaf l's routes,
-// saying whether they are reachable.
+// planeLeaves is the range of leaf indices of leaf l's plane.
+func (r *Router) planeLeaves(l int32) (lo, hi int32) {
+	p := r.g.Nodes[r.leaves[l]].Plane
+	return r.planeLeaf0[p], r.planeLeaf0[p+1]
+}
+
+// leafSegs calls f for each range of the other leaves of its plane in
+// leaf l's routes, saying whether they are reachable.
 func (r *Router) leafSegs(l int32, f func(lo, hi int32, ok bool)) {
 	inf := &r.info[r.leaves[l]-r.nic0]
 	segs := r.segs[inf.seg0 : inf.seg0+inf.nseg]
+	first, end := r.planeLeaves(l)
 	for k, s := range segs {
-		hi := r.classes
+		lo, hi := s.lo, r.classes
 		if k+1 < len(segs) {
 			hi = segs[k+1].lo
 		}
-		if s.lo == l && hi == l+1 {
-			continue // its own leaf
+		lo, hi = max(lo, first), min(hi, end)
+		if lo >= hi || lo == l && hi == l+1 {
+			continue // another plane, or its own leaf
 		}
-		f(s.lo, hi, s.n > 0)
+		f(lo, hi, s.n > 0)
 	}
 }
 

@@ -117,6 +117,7 @@ type builder struct {
 	p      linkParams
 	next   []int32 // per node: ports handed out by nextPort
 	nicsAt NodeID  // first NIC
+	plane  int32   // the plane switches adds to
 }
 
 func newBuilder(p linkParams, nodes, ports, links int) *builder {
@@ -128,12 +129,14 @@ func newBuilder(p linkParams, nodes, ports, links int) *builder {
 	return &builder{g: g, p: p, next: make([]int32, nodes)}
 }
 
-// hosts adds n hosts of nics NICs each, and the NICs, with one port each.
-// group(h) gives host h's group (its SU or pod). It must come first: hosts
-// are nodes 0..n-1.
-func (b *builder) hosts(n, nics int, group func(h int) int32) {
+// hosts adds n hosts of gpus GPUs each, and their NICs, one per GPU and
+// plane with one port each, numbered as Graph says. group(h) gives host
+// h's group (its SU or pod). It must come first: hosts are nodes 0..n-1.
+func (b *builder) hosts(n, gpus, planes int, group func(h int) int32) {
 	g := b.g
+	nics := gpus * planes
 	g.NumHosts, g.NumNICs = n, n*nics
+	g.GPUsPerHost, g.Planes = gpus, planes
 	b.nicsAt = NodeID(n)
 	for h := range n {
 		g.Nodes = append(g.Nodes, Node{
@@ -144,20 +147,21 @@ func (b *builder) hosts(n, nics int, group func(h int) int32) {
 	}
 	for h := range n {
 		grp := g.Nodes[h].Group
-		for r := range nics {
+		for i := range nics {
 			id := NodeID(len(g.Nodes))
 			g.Nodes = append(g.Nodes, Node{
-				Kind: KindNIC, Index: int32(h*nics + r), Group: grp,
+				Kind: KindNIC, Index: int32(h*nics + i), Group: grp,
 				FirstPort: PortID(len(g.Ports)), NumPorts: 1, Radix: 1,
-				Host: NodeID(h), Rail: int32(r), FirstNIC: -1,
+				Host: NodeID(h), Rail: int32(i / planes), FirstNIC: -1, Plane: int32(i % planes),
 			})
 			g.Ports = append(g.Ports, Port{Node: id, Peer: NoPort, Link: NoLink})
 		}
 	}
 }
 
-// switches adds n switches of the tier with radix ports each and returns
-// the first one's ID. group(i) gives switch i's group (nil: none).
+// switches adds n switches of the tier, in plane b.plane, with radix ports
+// each and returns the first one's ID. group(i) gives switch i's group
+// (nil: none).
 func (b *builder) switches(n int, tier Tier, radix int, group func(i int) int32) NodeID {
 	g := b.g
 	first := NodeID(len(g.Nodes))
@@ -170,7 +174,7 @@ func (b *builder) switches(n int, tier Tier, radix int, group func(i int) int32)
 		g.Nodes = append(g.Nodes, Node{
 			Kind: KindSwitch, Tier: tier, Index: int32(i), Group: grp,
 			FirstPort: PortID(len(g.Ports)), NumPorts: int32(radix), Radix: int32(radix),
-			Host: -1, Rail: -1, FirstNIC: -1,
+			Host: -1, Rail: -1, FirstNIC: -1, Plane: b.plane,
 		})
 		for range radix {
 			g.Ports = append(g.Ports, Port{Node: id, Peer: NoPort, Link: NoLink})
@@ -202,6 +206,22 @@ func (b *builder) linkWith(a, p PortID, tier LinkTier, rate Rate, length float32
 	g.Links = append(g.Links, Link{A: a, B: p, Tier: tier, Rate: rate, Length: length})
 	g.Ports[a].Peer, g.Ports[a].Link = p, id
 	g.Ports[p].Peer, g.Ports[p].Link = a, id
+}
+
+// nicPort is the port of host h's NIC of GPU rail in plane.
+func (b *builder) nicPort(h, rail, plane int) PortID {
+	return b.g.Nodes[b.g.PlaneNIC(h, rail, plane)].FirstPort
+}
+
+// planes reads a spec's planes field: 1 if absent.
+func (s *Spec) planes(field string, v int) (int, error) {
+	if v == 0 {
+		return DefaultPlanes, nil
+	}
+	if v < 1 || v > maxPlanes {
+		return 0, s.bad(field, v, "want 1 to %d independent planes, each GPU's NIC split into one port per plane (absent: %d)", maxPlanes, DefaultPlanes)
+	}
+	return v, nil
 }
 
 // nextPow2 is the smallest power of two >= n (n >= 1).

@@ -50,8 +50,13 @@ func (c *checker) add(format string, args ...any) {
 // every host has a NIC; that links join adjacent tiers (NIC-leaf,
 // leaf-spine, spine-core; untiered switches in explicit topologies are
 // exempt); and that every host reaches every other. A host joins its own
-// NICs, as traffic can cross a host between rails (PXN over NVLink), so a
-// multi-plane fabric whose planes meet only in the hosts is connected.
+// NICs, as traffic can cross a host between rails (PXN over NVLink).
+//
+// A multi-plane graph (Planes > 1) must also keep its planes apart: every
+// NIC and switch in a plane 0 to Planes-1, host h's NIC i in plane
+// i%Planes, no cable between two planes; and every host must reach every
+// other within each plane (a host joining only its NICs of that plane),
+// since a packet never changes plane.
 //
 // Check is linear in the graph's size and allocates only its walk state.
 func (g *Graph) Check() error {
@@ -83,6 +88,11 @@ func (c *checker) layout() bool {
 		c.add("graph: %d hosts and %d NICs, but %d nodes", g.NumHosts, g.NumNICs, len(g.Nodes))
 		return false
 	}
+	if g.Planes < 1 || g.Planes > maxPlanes {
+		c.add("graph: %d planes, want 1 to %d", g.Planes, maxPlanes)
+		return false
+	}
+	planes := int32(g.Planes)
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
 		id := NodeID(i)
@@ -116,16 +126,28 @@ func (c *checker) layout() bool {
 				c.add("node %d: NICs %d+%d outside the NIC range", i, n.FirstNIC, n.NumNICs)
 				continue
 			}
+			if g.GPUsPerHost > 0 && int(n.NumNICs) != g.GPUsPerHost*g.Planes {
+				c.add("node %d: a host with %d NICs, want %d GPUs × %d planes", i, n.NumNICs, g.GPUsPerHost, g.Planes)
+			}
 			for r := range n.NumNICs {
 				nic := &g.Nodes[n.FirstNIC+NodeID(r)]
-				if nic.Host != id || nic.Rail != r {
-					c.add("node %d: NIC %d says host %d rail %d, want host %d rail %d", i, n.FirstNIC+NodeID(r), nic.Host, nic.Rail, i, r)
+				switch rail, plane := r/planes, r%planes; {
+				case planes == 1:
+					if nic.Host != id || nic.Rail != r {
+						c.add("node %d: NIC %d says host %d rail %d, want host %d rail %d", i, n.FirstNIC+NodeID(r), nic.Host, nic.Rail, i, r)
+					}
+				case nic.Host != id || nic.Rail != rail || nic.Plane != plane:
+					c.add("node %d: NIC %d says host %d rail %d plane %d, want host %d rail %d plane %d",
+						i, n.FirstNIC+NodeID(r), nic.Host, nic.Rail, nic.Plane, i, rail, plane)
 				}
 			}
 		case KindNIC:
 			if n.Host < 0 || int(n.Host) >= g.NumHosts {
 				c.add("node %d: a NIC of host %d, which is not a host", i, n.Host)
 			}
+		}
+		if n.Kind != KindHost && (n.Plane < 0 || n.Plane >= planes) {
+			c.add("node %d: plane %d, but the graph has %d plane%s", i, n.Plane, planes, plural(int(planes)))
 		}
 	}
 	for p := range g.Ports {
@@ -184,6 +206,9 @@ func (c *checker) links() {
 			c.add("link %s: length %g m, want >= 0", name(), l.Length)
 		}
 		a, b := &g.Nodes[na], &g.Nodes[nb]
+		if a.Plane != b.Plane {
+			c.add("link %s: joins plane %d to plane %d; planes are independent fabrics", name(), a.Plane, b.Plane)
+		}
 		tier, ok := linkTierOf(a, b)
 		switch {
 		case !ok:
@@ -267,7 +292,9 @@ func (c *checker) nodes() {
 	}
 }
 
-// connected walks the graph from host 0 and reports the hosts it misses.
+// connected walks the graph from host 0 and reports the hosts it misses:
+// once, or in a multi-plane graph once per plane, entering only the NICs
+// and switches of that plane.
 func (c *checker) connected() {
 	g := c.g
 	if g.NumHosts == 0 {
@@ -275,35 +302,42 @@ func (c *checker) connected() {
 	}
 	seen := make([]bool, len(g.Nodes))
 	stack := make([]NodeID, 0, len(g.Nodes))
-	seen[0] = true
-	stack = append(stack, 0)
-	visit := func(id NodeID) {
-		if id >= 0 && !seen[id] {
-			seen[id] = true
-			stack = append(stack, id)
-		}
-	}
-	for len(stack) > 0 {
-		id := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		n := &g.Nodes[id]
-		switch n.Kind {
-		case KindHost:
-			for r := range n.NumNICs {
-				visit(n.FirstNIC + NodeID(r))
-			}
-		case KindNIC:
-			visit(n.Host)
-		}
-		for p := n.FirstPort; p < n.FirstPort+PortID(n.NumPorts); p++ {
-			if q := g.Ports[p].Peer; c.validPort(q) {
-				visit(g.Ports[q].Node)
+	for plane := range int32(g.Planes) {
+		clear(seen)
+		seen[0] = true
+		stack = append(stack[:0], 0)
+		visit := func(id NodeID) {
+			if id >= 0 && !seen[id] && (g.Nodes[id].Kind == KindHost || g.Nodes[id].Plane == plane) {
+				seen[id] = true
+				stack = append(stack, id)
 			}
 		}
-	}
-	for h := 1; h < g.NumHosts; h++ {
-		if !seen[h] {
-			c.add("%s: cannot reach %s", g.describe(NodeID(h)), g.describe(0))
+		for len(stack) > 0 {
+			id := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			n := &g.Nodes[id]
+			switch n.Kind {
+			case KindHost:
+				for r := range n.NumNICs {
+					visit(n.FirstNIC + NodeID(r))
+				}
+			case KindNIC:
+				visit(n.Host)
+			}
+			for p := n.FirstPort; p < n.FirstPort+PortID(n.NumPorts); p++ {
+				if q := g.Ports[p].Peer; c.validPort(q) {
+					visit(g.Ports[q].Node)
+				}
+			}
+		}
+		for h := 1; h < g.NumHosts; h++ {
+			switch {
+			case seen[h]:
+			case g.Planes == 1:
+				c.add("%s: cannot reach %s", g.describe(NodeID(h)), g.describe(0))
+			default:
+				c.add("%s: cannot reach %s in plane %d", g.describe(NodeID(h)), g.describe(0), plane)
+			}
 		}
 	}
 }

@@ -6,8 +6,14 @@ type Counts struct {
 	Kind  string `json:"kind"`
 	Tiers int    `json:"tiers"` // switch levels of a generated topology; 0 for explicit
 	Hosts int    `json:"hosts"`
-	GPUs  int    `json:"gpus"` // one per NIC: GPU i of a host uses NIC i
-	NICs  int    `json:"nics"`
+	GPUs  int    `json:"gpus"` // NICs / planes: GPU i of a host uses NIC i of each plane
+	NICs  int    `json:"nics"` // NIC nodes, one per GPU and plane (a NIC's port in each plane)
+	// Planes is the number of independent switch fabrics (1 unless the spec
+	// sets planes); the switch and link counts are over all of them.
+	Planes int `json:"planes"`
+	// GPUsPerHost is the GPUs of every host; 0 for an explicit topology
+	// whose hosts differ.
+	GPUsPerHost int `json:"gpus_per_host"`
 
 	Switches    TierCounts `json:"switches"`
 	SwitchPorts TierCounts `json:"switch_ports"` // ports the switches have
@@ -21,7 +27,8 @@ type Counts struct {
 	// bandwidth across a cut of the hosts into halves that each keep half
 	// of every level. For the trees built here, which are symmetric, that
 	// is the bisection bandwidth: N·B/2 at full bisection, N·B/(2r) at r:1
-	// at the leaf. 0 for explicit topologies, where no such cut is implied.
+	// at the leaf, summed over the planes (N NICs of B each). 0 for
+	// explicit topologies, where no such cut is implied.
 	Bisection Rate `json:"bisection_bps"`
 
 	MTU             int   `json:"mtu"`
@@ -83,7 +90,8 @@ func (l LinkRates) Of(t LinkTier) Rate {
 func (g *Graph) Counts() Counts {
 	c := Counts{
 		Name: g.Name, Kind: g.Kind, Tiers: g.Tiers,
-		Hosts: g.NumHosts, NICs: g.NumNICs, GPUs: g.NumNICs,
+		Hosts: g.NumHosts, NICs: g.NumNICs, GPUs: g.NumNICs / g.planes(),
+		Planes: g.planes(), GPUsPerHost: g.GPUsPerHost,
 		MTU: g.MTU, SwitchLatencyNS: g.SwitchLatency.Nanoseconds(),
 	}
 	for i := g.NumHosts + g.NumNICs; i < len(g.Nodes); i++ {

@@ -174,6 +174,19 @@ func (s *Spec) buildExplicit(c linkParams) (*Graph, error) {
 		nicNext += NodeID(radix[i])
 	}
 	g.NumHosts, g.NumNICs = hosts, nics
+	g.Planes = 1
+	for i := range ex.Nodes {
+		if kinds[i] != KindHost {
+			continue
+		}
+		switch {
+		case g.GPUsPerHost == 0:
+			g.GPUsPerHost = radix[i]
+		case g.GPUsPerHost != radix[i]:
+			g.GPUsPerHost = -1
+		}
+	}
+	g.GPUsPerHost = max(g.GPUsPerHost, 0) // hosts differ: none
 	for i, n := range ex.Nodes {
 		if kinds[i] != KindHost {
 			continue

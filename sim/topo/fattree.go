@@ -1,5 +1,7 @@
 package topo
 
+import "fmt"
+
 // maxK bounds a fat tree's switch radix so that the size arithmetic below
 // cannot overflow; maxPorts stops far smaller trees anyway.
 const maxK = 1 << 16
@@ -8,14 +10,25 @@ const maxK = 1 << 16
 //
 // 2 tiers: leaves have down = r·⌊k/(r+1)⌋ host ports and up = ⌊k/(r+1)⌋
 // uplinks, one to each of the up spines; a spine's port l goes to leaf l,
-// so there are at most k leaves and k·down hosts (k²/2 at 1:1).
+// so there are at most k leaves and k·down NICs (k²/2 at 1:1).
 //
 // 3 tiers (Al-Fares et al.): a pod has k/2 edge (leaf) switches and up
 // aggregation (spine) switches, every edge cabled once to every aggregation
 // switch of its pod. Aggregation switch j of a pod sends its k/2 uplinks to
-// the k/2 core switches of plane j, one each; core port p goes to pod p, so
-// there are at most k pods, k·(k/2)·down hosts (k³/4 at 1:1) and up·k/2
-// cores (k²/4 at 1:1).
+// the k/2 core switches of core group j (Al-Fares's "core plane", not a
+// fabric plane), one each; core port p goes to pod p, so there are at most
+// k pods, k·(k/2)·down NICs (k³/4 at 1:1) and up·k/2 cores (k²/4 at 1:1).
+//
+// Hosts are in racks, ToR style: host h's gpus_per_host NICs take
+// consecutive ports of one leaf, perLeaf = ⌊down/gpus_per_host⌋ hosts a
+// leaf, the leaf's down ports past perLeaf·gpus_per_host left unused. A
+// host split over two leaves would put its own GPUs' traffic on two
+// switches and across racks; no ToR cluster is cabled so. (A rail-optimized
+// cluster, NIC i of every host on leaf i, is the superpod kind.)
+//
+// With planes > 1 the switches and their cables are built once per plane,
+// plane by plane, and NIC (h, gpu, plane) takes in its plane the port NIC
+// (h, gpu) takes in a single-plane tree.
 func (s *Spec) buildFatTree(c linkParams) (*Graph, error) {
 	ft := s.FatTree
 	tiers := ft.Tiers
@@ -44,10 +57,24 @@ func (s *Spec) buildFatTree(c linkParams) (*Graph, error) {
 	up := k / (r + 1)
 	down := r * up
 	half := k / 2
-	maxHosts := k * down
-	if tiers == 3 {
-		maxHosts = k * half * down
+	gpus := ft.GPUsPerHost
+	if gpus == 0 {
+		gpus = 1
 	}
+	if gpus < 1 || gpus > down {
+		return nil, s.bad("fattree.gpus_per_host", ft.GPUsPerHost,
+			"want 1 to %d: a host's NICs go to one leaf, which has %d host ports (%d-port switches at %d:1) (absent: 1)", down, down, k, r)
+	}
+	planes, err := s.planes("fattree.planes", ft.Planes)
+	if err != nil {
+		return nil, err
+	}
+	perLeaf := down / gpus
+	maxLeaves := k
+	if tiers == 3 {
+		maxLeaves = k * half
+	}
+	maxHosts := maxLeaves * perLeaf
 	hosts := ft.Hosts
 	sizeField, sizeValue := "fattree.hosts", hosts
 	if hosts == 0 {
@@ -55,12 +82,16 @@ func (s *Spec) buildFatTree(c linkParams) (*Graph, error) {
 		sizeField, sizeValue = "fattree.k", k
 	}
 	if hosts < 1 || hosts > maxHosts {
+		of := ""
+		if gpus > 1 {
+			of = fmt.Sprintf(" of %d GPUs, %d a leaf", gpus, perLeaf)
+		}
 		return nil, s.bad("fattree.hosts", ft.Hosts,
-			"want 1 to %s: a %d-tier fat tree of %d-port switches at %d:1 holds at most %s hosts (absent: that maximum)",
-			commas(maxHosts), tiers, k, r, commas(maxHosts))
+			"want 1 to %s: a %d-tier fat tree of %d-port switches at %d:1 holds at most %s hosts%s (absent: that maximum)",
+			commas(maxHosts), tiers, k, r, commas(maxHosts), of)
 	}
 
-	leaves := ceilDiv(hosts, down)
+	leaves := ceilDiv(hosts, perLeaf)
 	var spines, cores, pods int
 	if tiers == 2 {
 		spines = up
@@ -70,56 +101,58 @@ func (s *Spec) buildFatTree(c linkParams) (*Graph, error) {
 		cores = up * half
 	}
 	switches := leaves + spines + cores
-	ports := hosts + switches*k
+	nics := hosts * gpus * planes
+	ports := nics + planes*switches*k
 	if err := s.checkSize(sizeField, sizeValue, ports); err != nil {
 		return nil, err
 	}
-	links := hosts + leaves*up
+	links := hosts*gpus + leaves*up
 	if tiers == 3 {
 		links += spines * half
 	}
 
-	b := newBuilder(c, 2*hosts+switches, ports, links)
+	b := newBuilder(c, hosts+nics+planes*switches, ports, planes*links)
 	podOfHost := func(int) int32 { return -1 }
 	var podOfLeaf, podOfSpine func(int) int32
 	if tiers == 3 {
-		podOfHost = func(h int) int32 { return int32(h / (half * down)) }
+		podOfHost = func(h int) int32 { return int32(h / (half * perLeaf)) }
 		podOfLeaf = func(e int) int32 { return int32(e / half) }
 		podOfSpine = func(a int) int32 { return int32(a / up) }
 	}
-	b.hosts(hosts, 1, podOfHost)
-	leaf0 := b.switches(leaves, TierLeaf, k, podOfLeaf)
-	spine0 := b.switches(spines, TierSpine, k, podOfSpine)
-	core0 := b.switches(cores, TierCore, k, nil)
+	b.hosts(hosts, gpus, planes, podOfHost)
+	for plane := range planes {
+		b.plane = int32(plane)
+		leaf0 := b.switches(leaves, TierLeaf, k, podOfLeaf)
+		spine0 := b.switches(spines, TierSpine, k, podOfSpine)
+		core0 := b.switches(cores, TierCore, k, nil)
 
-	for h := range hosts {
-		b.link(b.nicPort(h, 0), b.port(leaf0+NodeID(h/down), h%down), LinkHostLeaf)
-	}
-	for e := range leaves {
-		if tiers == 2 {
-			for j := range up {
-				b.link(b.port(leaf0+NodeID(e), down+j), b.port(spine0+NodeID(j), e), LinkLeafSpine)
+		for h := range hosts {
+			leaf, first := leaf0+NodeID(h/perLeaf), h%perLeaf*gpus
+			for gpu := range gpus {
+				b.link(b.nicPort(h, gpu, plane), b.port(leaf, first+gpu), LinkHostLeaf)
 			}
-			continue
 		}
-		pod, pos := e/half, e%half
-		for j := range up {
-			b.link(b.port(leaf0+NodeID(e), down+j), b.port(spine0+NodeID(pod*up+j), pos), LinkLeafSpine)
+		for e := range leaves {
+			if tiers == 2 {
+				for j := range up {
+					b.link(b.port(leaf0+NodeID(e), down+j), b.port(spine0+NodeID(j), e), LinkLeafSpine)
+				}
+				continue
+			}
+			pod, pos := e/half, e%half
+			for j := range up {
+				b.link(b.port(leaf0+NodeID(e), down+j), b.port(spine0+NodeID(pod*up+j), pos), LinkLeafSpine)
+			}
 		}
-	}
-	if tiers == 3 {
-		for a := range spines {
-			pod, plane := a/up, a%up
-			for m := range half {
-				b.link(b.port(spine0+NodeID(a), half+m), b.port(core0+NodeID(plane*half+m), pod), LinkSpineCore)
+		if tiers == 3 {
+			for a := range spines {
+				pod, group := a/up, a%up
+				for m := range half {
+					b.link(b.port(spine0+NodeID(a), half+m), b.port(core0+NodeID(group*half+m), pod), LinkSpineCore)
+				}
 			}
 		}
 	}
 	b.g.Tiers = tiers
 	return b.g, nil
-}
-
-// nicPort is the port of NIC rail of host h.
-func (b *builder) nicPort(h, rail int) PortID {
-	return b.g.Nodes[b.g.Nodes[h].FirstNIC+NodeID(rail)].FirstPort
 }

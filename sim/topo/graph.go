@@ -22,7 +22,8 @@ const (
 )
 
 // Kind is what a node is. Hosts are not network endpoints: a host owns NICs
-// (one per GPU, GPU i using NIC i), and the NICs are what links plug into.
+// (one per GPU and plane, GPU i using NIC i of each plane), and the NICs
+// are what links plug into.
 // Keeping them apart lets a later layer model the host's internal path
 // (NVLink, PCIe) between its NICs separately from the fabric.
 type Kind uint8
@@ -101,7 +102,7 @@ func (t LinkTier) String() string {
 type Node struct {
 	Kind  Kind
 	Tier  Tier  // switches; TierNone for hosts and NICs
-	Index int32 // position among the nodes of its kind (hosts, NICs) or tier (switches); names use it
+	Index int32 // position among the nodes of its kind (hosts, NICs) or of its tier in its plane (switches); names use it
 	// Group is the scalable unit (SuperPOD hosts, NICs and leaves), the
 	// spine group (3-tier SuperPOD spines) or the pod (3-tier fat-tree
 	// hosts, NICs, edge and aggregation switches); -1 where there is none.
@@ -115,10 +116,15 @@ type Node struct {
 	Radix    int32 // ports the device has: a switch's port count, 1 for a NIC, 0 for a host
 
 	Host NodeID // NIC: the host it sits in; host: itself; switch: -1
-	Rail int32  // NIC: its index in the host, which is its GPU's index and its rail
+	Rail int32  // NIC: its GPU's index in the host, which is its rail; -1 for hosts and switches
 
 	FirstNIC NodeID // host: its NICs are FirstNIC .. FirstNIC+NumNICs-1
-	NumNICs  int32
+	NumNICs  int32  // host: GPUs × planes
+
+	// Plane is the fabric plane of a NIC or switch, 0 to Graph.Planes-1;
+	// always 0 in a single-plane graph, and 0 for hosts, which have NICs
+	// in every plane.
+	Plane int32
 }
 
 // Port is one switch or NIC port.
@@ -139,9 +145,20 @@ type Link struct {
 }
 
 // Graph is a topology expanded into explicit nodes, ports and links. Nodes
-// are ordered hosts, then NICs, then switches (leaves, spines, cores in a
-// generated topology): host h is node h and NIC n is node NumHosts+n, so a
-// walk over hosts or NICs is a loop over a range.
+// are ordered hosts, then NICs, then switches (in a generated topology
+// plane by plane, each plane's leaves, spines, cores): host h is node h
+// and NIC n is node NumHosts+n, so a walk over hosts or NICs is a loop
+// over a range.
+//
+// NICs are numbered host by host, GPU by GPU, plane by plane: NIC index
+// (h·GPUsPerHost + gpu)·Planes + plane. So NIC n serves GPU n/Planes,
+// numbering GPUs host by host, and is in plane n%Planes; in a
+// single-plane graph NIC n is GPU n's. A host's NICs are the range
+// FirstNIC .. FirstNIC+GPUsPerHost·Planes-1.
+//
+// In a multi-plane graph (Planes > 1) the planes are independent fabrics
+// that meet only in the hosts: every NIC and switch has its Plane, and no
+// cable joins two planes.
 //
 // The slices are the graph; the layers built on it read them directly and
 // must not change them. Check validates a graph, including one changed by
@@ -158,7 +175,14 @@ type Graph struct {
 	Links []Link
 
 	NumHosts int
-	NumNICs  int
+	NumNICs  int // NumHosts × GPUsPerHost × Planes where the hosts are alike
+
+	// Planes is the number of independent switch fabrics, >= 1: 1 unless a
+	// fattree or superpod spec sets planes. GPUsPerHost is the GPUs of every
+	// host (NICs per host = GPUsPerHost × Planes); 0 in an explicit
+	// topology whose hosts have different NIC counts.
+	Planes      int
+	GPUsPerHost int
 
 	MTU           int           // bytes of payload per packet
 	SwitchLatency time.Duration // port to port, for the packet model
@@ -169,14 +193,31 @@ type Graph struct {
 // Host returns the node ID of host h.
 func (g *Graph) Host(h int) NodeID { return NodeID(h) }
 
-// NIC returns the node ID of NIC rail of host h (GPU rail of h uses it).
+// NIC returns the node ID of the NIC of GPU rail of host h, in plane 0
+// (the only plane of a single-plane graph; PlaneNIC names the others).
 func (g *Graph) NIC(h, rail int) NodeID {
-	return g.Nodes[h].FirstNIC + NodeID(rail)
+	return g.PlaneNIC(h, rail, 0)
 }
+
+// PlaneNIC returns the node ID of the NIC of GPU rail of host h in plane.
+func (g *Graph) PlaneNIC(h, rail, plane int) NodeID {
+	return g.Nodes[h].FirstNIC + NodeID(rail*g.planes()+plane)
+}
+
+// GPUNIC returns the node ID of the NIC of GPU gpu, GPUs numbered host by
+// host (NumNICs/Planes of them), in plane.
+func (g *Graph) GPUNIC(gpu, plane int) NodeID {
+	return NodeID(g.NumHosts + gpu*g.planes() + plane)
+}
+
+// planes is Planes, or 1 for a graph that does not say.
+func (g *Graph) planes() int { return max(g.Planes, 1) }
 
 // NodeName is a node's name: the one from the file for an explicit topology,
 // otherwise its kind or tier and index ("host12", "host12.nic3", "leaf5",
-// "spine0", "core7").
+// "spine0", "core7"). In a multi-plane graph NICs and switches end in
+// their plane, and switches are numbered within it ("host12.nic3.p1",
+// "leaf5.p1").
 func (g *Graph) NodeName(id NodeID) string {
 	if id < 0 || int(id) >= len(g.Nodes) {
 		return "node(" + strconv.Itoa(int(id)) + ")"
@@ -185,16 +226,21 @@ func (g *Graph) NodeName(id NodeID) string {
 	if g.names != nil {
 		return g.names[id]
 	}
-	switch n.Kind {
-	case KindHost:
+	var name string
+	switch {
+	case n.Kind == KindHost:
 		return "host" + strconv.Itoa(int(n.Index))
-	case KindNIC:
-		return g.NodeName(n.Host) + ".nic" + strconv.Itoa(int(n.Rail))
+	case n.Kind == KindNIC:
+		name = g.NodeName(n.Host) + ".nic" + strconv.Itoa(int(n.Rail))
+	case n.Tier == TierNone:
+		name = "switch" + strconv.Itoa(int(n.Index))
+	default:
+		name = n.Tier.String() + strconv.Itoa(int(n.Index))
 	}
-	if n.Tier == TierNone {
-		return "switch" + strconv.Itoa(int(n.Index))
+	if g.Planes > 1 {
+		name += ".p" + strconv.Itoa(int(n.Plane))
 	}
-	return n.Tier.String() + strconv.Itoa(int(n.Index))
+	return name
 }
 
 // PortName names a port: a NIC's port by the NIC's name, a switch port as

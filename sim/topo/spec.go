@@ -26,6 +26,11 @@ import (
 //	switch_latency: 250ns        # port to port; default 250ns
 //	mtu: 4096                    # default 4096
 //	superpod: {sus: 4}           # the block named by kind, and only that one
+//
+// Fattree and superpod take planes: P (default 1) for a multi-plane
+// fabric: P copies of the switch fabric with no cable between them, every
+// GPU's NIC split into P ports (P NIC nodes), one cabled into each plane.
+// rate is then the rate of one plane's links.
 type Spec struct {
 	Name          string        `yaml:"name"`
 	Kind          string        `yaml:"kind"`
@@ -64,6 +69,19 @@ type FatTree struct {
 	// the spare ports stay unused so the ratio stays exact). Default 1,
 	// full bisection. Levels above the leaf are always non-blocking.
 	Oversubscription int `yaml:"oversubscription"`
+	// GPUsPerHost is the GPUs of a host, each with its own NIC; default 1.
+	// This is a ToR (not rail-optimized) cluster: all of a host's NICs go
+	// to consecutive ports of one leaf, its rack's switch, and a host never
+	// straddles two leaves. A leaf takes ⌊down/gpus_per_host⌋ hosts and
+	// leaves the down ports left over unused (k=64 at 1:1 with 8 GPUs: 4
+	// hosts a leaf, no spare; at 2:1, 42 down ports: 5 hosts, 2 spare).
+	// Hosts still counts hosts, not GPUs.
+	GPUsPerHost int `yaml:"gpus_per_host"`
+	// Planes builds the switch fabric that many times, independent (no
+	// cable between planes), with every GPU's NIC split into one port per
+	// plane (Alibaba HPN's dual plane is 2); default 1. Rate is the rate
+	// of one plane's links: a 400G NIC split over 2 planes is rate: 200.
+	Planes int `yaml:"planes"`
 }
 
 // SuperPOD is NVIDIA's DGX SuperPOD rail-optimized compute fabric, built
@@ -76,8 +94,12 @@ type SuperPOD struct {
 	// from the last SU; default 1, as in the H100 RA (4 SUs = 127 nodes).
 	// Set 0 for every slot a compute node (4 SUs = 128 nodes, 1,024 GPUs).
 	ReservedSlots *int `yaml:"reserved_slots"`
-	GPUsPerNode   int  `yaml:"gpus_per_node"` // = NICs per node = rails = leaves per SU; default 8
+	GPUsPerNode   int  `yaml:"gpus_per_node"` // = NICs per node per plane = rails = leaves per SU per plane; default 8
 	SwitchPorts   int  `yaml:"switch_ports"`  // default 64 (Quantum-2 NDR)
+	// Planes builds the rail-optimized fabric that many times, independent,
+	// with every GPU's NIC split into one port per plane; default 1. Rate
+	// is one plane's link rate (a 400G NIC over 2 planes: rate: 200).
+	Planes int `yaml:"planes"`
 }
 
 // Explicit is a topology given node by node and link by link.
@@ -107,6 +129,7 @@ type ExplicitLink struct {
 
 // Defaults.
 const (
+	DefaultPlanes        = 1
 	DefaultRate          = NDR
 	DefaultSwitchLatency = 250 * time.Nanosecond
 	DefaultMTU           = 4096
@@ -114,6 +137,10 @@ const (
 	defaultLeafSpineM    = 20
 	defaultSpineCoreM    = 50
 )
+
+// maxPlanes bounds a fabric's planes: Alibaba HPN has 2, multi-plane
+// NICs of the 800G generation 4.
+const maxPlanes = 16
 
 // maxPorts bounds the graphs Build makes (switch and NIC ports, 16 Mi:
 // a 3-tier tree of 144-port switches has 4.5 Mi), so that a typo in k

@@ -27,10 +27,14 @@ const (
 // as in the B200 RA (16 SUs: 128 leaves, 128 spines, 64 cores): leaves form
 // groups of switch_ports/2; a group has one spine per leaf uplink, every
 // leaf cabled once to every spine of its group; a spine has switch_ports/2
-// uplinks dealt round robin to the cores of its plane (spine j of every
-// group is in plane j), a plane having (all its spines' uplinks / switch
-// ports) cores rounded up to a power of two. Beyond switch_ports groups a
-// fourth tier would be needed; that is rejected.
+// uplinks dealt round robin to the cores of its core group (spine j of
+// every group is in core group j), a core group having (all its spines'
+// uplinks / switch ports) cores rounded up to a power of two. Beyond
+// switch_ports groups a fourth tier would be needed; that is rejected.
+//
+// With planes > 1 the switches and their cables are built once per plane,
+// plane by plane, and NIC (node, gpu, plane) takes in its plane the port
+// NIC (node, gpu) takes in a single-plane SuperPOD.
 func (s *Spec) buildSuperPOD(c linkParams) (*Graph, error) {
 	sp := s.SuperPOD
 	if sp.SUs == 0 {
@@ -70,6 +74,10 @@ func (s *Spec) buildSuperPOD(c linkParams) (*Graph, error) {
 			"at most %s SUs of %d rails fit three tiers of %d-port switches (%s leaves); a fourth tier is not modelled",
 			commas(maxSUs), rails, ports, commas(half*ports))
 	}
+	planes, err := s.planes("superpod.planes", sp.Planes)
+	if err != nil {
+		return nil, err
+	}
 	leaves := sp.SUs * rails
 	reserved := DefaultReservedSlots
 	if sp.ReservedSlots != nil {
@@ -84,7 +92,7 @@ func (s *Spec) buildSuperPOD(c linkParams) (*Graph, error) {
 
 	up := slots // leaf uplinks
 	need := ceilDiv(leaves*up, ports)
-	tiers, spines, cores, groupLeaves, planeCores := 2, 0, 0, 0, 0
+	tiers, spines, cores, groupLeaves, groupCores := 2, 0, 0, 0, 0
 	if need <= up {
 		spines = min(nextPow2(need), up)
 	} else {
@@ -92,54 +100,58 @@ func (s *Spec) buildSuperPOD(c linkParams) (*Graph, error) {
 		groupLeaves = half
 		groups := ceilDiv(leaves, groupLeaves)
 		spines = groups * up
-		planeNeed := ceilDiv(groups*half, ports)
-		// leaves <= half·ports above keeps planeNeed <= half: every spine
-		// reaches every core of its plane.
-		planeCores = min(nextPow2(planeNeed), half)
-		cores = up * planeCores
+		groupNeed := ceilDiv(groups*half, ports)
+		// leaves <= half·ports above keeps groupNeed <= half: every spine
+		// reaches every core of its core group.
+		groupCores = min(nextPow2(groupNeed), half)
+		cores = up * groupCores
 	}
 	switches := leaves + spines + cores
-	portCount := nodes*rails + switches*ports
+	nics := nodes * rails * planes
+	portCount := nics + planes*switches*ports
 	if err := s.checkSize("superpod.sus", sp.SUs, portCount); err != nil {
 		return nil, err
 	}
 	links := nodes*rails + leaves*up + spines*half*(tiers-2)
 
-	b := newBuilder(c, nodes+nodes*rails+switches, portCount, links)
-	b.hosts(nodes, rails, func(h int) int32 { return int32(h / slots) })
-	leaf0 := b.switches(leaves, TierLeaf, ports, func(l int) int32 { return int32(l / rails) })
+	b := newBuilder(c, nodes+nics+planes*switches, portCount, planes*links)
+	b.hosts(nodes, rails, planes, func(h int) int32 { return int32(h / slots) })
 	var spineGroup func(int) int32
 	if tiers == 3 {
 		spineGroup = func(i int) int32 { return int32(i / up) }
 	}
-	spine0 := b.switches(spines, TierSpine, ports, spineGroup)
-	core0 := b.switches(cores, TierCore, ports, nil)
+	for plane := range planes {
+		b.plane = int32(plane)
+		leaf0 := b.switches(leaves, TierLeaf, ports, func(l int) int32 { return int32(l / rails) })
+		spine0 := b.switches(spines, TierSpine, ports, spineGroup)
+		core0 := b.switches(cores, TierCore, ports, nil)
 
-	for h := range nodes {
-		su, slot := h/slots, h%slots
-		for r := range rails {
-			b.link(b.nicPort(h, r), b.port(leaf0+NodeID(su*rails+r), slot), LinkHostLeaf)
-		}
-	}
-	for l := range leaves {
-		leaf := leaf0 + NodeID(l)
-		for j := range up {
-			var spine NodeID
-			if tiers == 2 {
-				spine = spine0 + NodeID((l*up+j)%spines)
-			} else {
-				spine = spine0 + NodeID(l/groupLeaves*up+j)
+		for h := range nodes {
+			su, slot := h/slots, h%slots
+			for r := range rails {
+				b.link(b.nicPort(h, r, plane), b.port(leaf0+NodeID(su*rails+r), slot), LinkHostLeaf)
 			}
-			b.link(b.port(leaf, slots+j), b.nextPort(spine), LinkLeafSpine)
 		}
-	}
-	if tiers == 3 {
-		for i := range spines {
-			spine := spine0 + NodeID(i)
-			g, plane := i/up, i%up
-			for m := range half {
-				core := core0 + NodeID(plane*planeCores+(g*half+m)%planeCores)
-				b.link(b.port(spine, half+m), b.nextPort(core), LinkSpineCore)
+		for l := range leaves {
+			leaf := leaf0 + NodeID(l)
+			for j := range up {
+				var spine NodeID
+				if tiers == 2 {
+					spine = spine0 + NodeID((l*up+j)%spines)
+				} else {
+					spine = spine0 + NodeID(l/groupLeaves*up+j)
+				}
+				b.link(b.port(leaf, slots+j), b.nextPort(spine), LinkLeafSpine)
+			}
+		}
+		if tiers == 3 {
+			for i := range spines {
+				spine := spine0 + NodeID(i)
+				g, group := i/up, i%up
+				for m := range half {
+					core := core0 + NodeID(group*groupCores+(g*half+m)%groupCores)
+					b.link(b.port(spine, half+m), b.nextPort(core), LinkSpineCore)
+				}
 			}
 		}
 	}
