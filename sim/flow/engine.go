@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -106,21 +107,28 @@ type engine struct {
 	now     des.Time
 	res     Result
 	phaseNo uint64 // phases begun, part of the reuse key
+	// Per-proc clocks, for phases stepped through programs: a proc's step
+	// begins when its own previous step ended, not when every proc's did.
+	async       bool
+	clock, next []des.Time
+	arr         []des.Time // per flow of the step: data in, after the step began
 	path    []topo.PortID
 	load    []int32 // adaptive: flows assigned per port this step
 	salt    uint32
 }
 
 type flowInfo struct {
-	wire  float64 // bytes on the wire
-	alone float64 // seconds it would take alone: wire / its slowest resource + message overheads
-	lat   des.Time
+	wire     float64 // bytes on the wire
+	alone    float64 // seconds it would take alone: wire / its slowest resource + message overheads
+	lat      des.Time
+	from, to int32 // sending and receiving procs (group, channel, rank) of the phase
 }
 
 type memoEntry struct {
 	dur   des.Time
 	uses  int64
 	bytes []resBytes // what one use carries
+	arr   []des.Time // per flow: its data is in, after its step began (per-proc clocks)
 }
 
 type resBytes struct {
@@ -310,6 +318,15 @@ func (e *engine) phase(ph *Phase) error {
 	} else {
 		s.Materialize()
 	}
+	_, e.async = st.(programs)
+	if e.async {
+		n := len(pls) * nch * s.Ranks
+		e.clock = grow(e.clock, n)
+		e.next = grow(e.next, n)
+		for i := range e.clock {
+			e.clock[i] = e.now
+		}
+	}
 	for i := range st.steps() {
 		if err := e.step(st, i, pls, nch, off); err != nil {
 			return err
@@ -351,9 +368,14 @@ func (e *engine) step(st stepper, i int, pls []*place.Placement, nch int, off []
 	clear(e.load)
 	h1, h2 := uint64(14695981039346656037), uint64(1099511628211)
 	var err error
+	ranks := 0
+	if len(pls) > 0 {
+		ranks = len(pls[0].GPUs)
+	}
 	for k, pl := range pls {
 		for c := range nch {
 			qp := uint32(k*nch+c) << 20
+			base := int32((k*nch + c) * ranks)
 			st.each(i, func(from, to, src, n int) {
 				if err != nil {
 					return
@@ -366,6 +388,10 @@ func (e *engine) step(st stepper, i int, pls []*place.Placement, nch int, off []
 				h1 = (h1 ^ uint64(a)<<32 ^ uint64(d)) * 1099511628211
 				h2 = (h2 ^ uint64(b)) * 14695981039346656037
 				err = e.addFlow(a, d, b, qp|uint32(from))
+				if err == nil {
+					f := &e.f[len(e.f)-1]
+					f.from, f.to = base+int32(from), base+int32(to)
+				}
 			})
 		}
 	}
@@ -378,7 +404,7 @@ func (e *engine) step(st stepper, i int, pls []*place.Placement, nch int, off []
 		if m := e.memo[mk]; m != nil {
 			m.uses++
 			e.res.Reused++
-			e.now += m.dur
+			e.advance(m.dur, m.arr)
 			return nil
 		}
 	}
@@ -389,6 +415,9 @@ func (e *engine) step(st stepper, i int, pls []*place.Placement, nch int, off []
 	var m *memoEntry
 	if mk != ([2]uint64{}) {
 		m = &memoEntry{dur: dur, uses: 1}
+		if e.async {
+			m.arr = slices.Clone(e.arr[:len(e.f)])
+		}
 		e.memo[mk] = m
 	}
 	for _, r := range e.touched {
@@ -399,8 +428,31 @@ func (e *engine) step(st stepper, i int, pls []*place.Placement, nch int, off []
 		e.stepB[r] = 0
 	}
 	e.touched = e.touched[:0]
-	e.now += dur
+	e.advance(dur, e.arr)
 	return nil
+}
+
+// advance moves the clocks past a step that took dur (flow i's data in
+// arr[i] after its start). With per-proc clocks, a flow starts when its
+// sender's step begins; the sender's step ends when its flows are
+// acknowledged, the receiver's when it has begun the step and the data is
+// in; procs without flows keep their time.
+func (e *engine) advance(dur des.Time, arr []des.Time) {
+	if !e.async {
+		e.now += dur
+		return
+	}
+	copy(e.next, e.clock)
+	for i := range e.f {
+		f := &e.f[i]
+		in := e.clock[f.from] + arr[i]
+		e.next[f.from] = max(e.next[f.from], in+f.lat)
+		e.next[f.to] = max(e.next[f.to], in)
+	}
+	e.clock, e.next = e.next, e.clock
+	for _, c := range e.clock {
+		e.now = max(e.now, c)
+	}
 }
 
 func (e *engine) failurePending() bool { return len(e.fail) > 0 }
@@ -535,10 +587,11 @@ func (e *engine) solveStep() (des.Time, error) {
 	}
 	e.act = act
 	var end des.Time
+	e.arr = grow(e.arr, nf)
 	for i := range nf {
 		f := &e.f[i]
-		d := des.Time(max(e.done[i], f.alone)*float64(des.Second)) + 2*f.lat
-		end = max(end, d)
+		e.arr[i] = des.Time(max(e.done[i], f.alone)*float64(des.Second)) + f.lat
+		end = max(end, e.arr[i]+f.lat)
 	}
 	return end, nil
 }
