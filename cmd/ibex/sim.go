@@ -103,7 +103,12 @@ func writeSimTopo(w io.Writer, path string, c topo.Counts, problems *topo.CheckE
 	}
 	ew.printf("topology  %s (%s)\n", name, shape)
 	ew.printf("hosts     %d\n", c.Hosts)
-	ew.printf("GPUs      %d (one NIC each)\n", c.GPUs)
+	if c.Planes > 1 {
+		ew.printf("planes    %d (independent fabrics, every GPU's NIC a port in each)\n", c.Planes)
+		ew.printf("GPUs      %d (one NIC port per plane each)\n", c.GPUs)
+	} else {
+		ew.printf("GPUs      %d (one NIC each)\n", c.GPUs)
+	}
 	ew.printf("NICs      %d\n\n", c.NICs)
 
 	// Fixed widths rather than a tabwriter, so that the two tables line

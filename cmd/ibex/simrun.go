@@ -177,17 +177,17 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	}
 	ranks := o.gpus
 	if ranks == 0 {
-		ranks = g.NumNICs
+		ranks = g.NumGPUs()
 	}
-	if ranks < 1 || ranks > g.NumNICs {
-		return fmt.Errorf("sim run: --gpus %d: %s has %d GPUs", o.gpus, path, g.NumNICs)
+	if ranks < 1 || ranks > g.NumGPUs() {
+		return fmt.Errorf("sim run: --gpus %d: %s has %d GPUs", o.gpus, path, g.NumGPUs())
 	}
 	var on []int32
 	if o.on != "" {
 		if o.gpus != 0 {
 			return fmt.Errorf("sim run: --gpus and --on: give one")
 		}
-		if on, err = parseGPUList(o.on, g.NumNICs); err != nil {
+		if on, err = parseGPUList(o.on, g.NumGPUs()); err != nil {
 			return err
 		}
 		ranks = len(on)
@@ -230,11 +230,14 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	if o.factor < 2 {
 		return fmt.Errorf("sim run: -f %d: want a factor >= 2", o.factor)
 	}
-	gpn := int(g.Nodes[0].NumNICs)
+	gpn := g.GPUsOnHost()
+	if gpn == 0 {
+		return fmt.Errorf("sim run: %s: hosts with different numbers of NICs; the workload needs the same number on every host", path)
+	}
 	perHost := min(ranks, gpn)
 	nch := o.channels
 	if nch == 0 {
-		nch = gpn
+		nch = gpn * max(g.Planes, 1)
 	}
 	ew := &errWriter{w: out}
 	if !o.asJSON {
@@ -425,7 +428,7 @@ func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.Po
 		fc := flow.Config{Graph: cfg.Graph, Params: cfg.Params, Seed: cfg.Seed, LocalNIC: cfg.LocalNIC, Failures: cfg.Failures,
 			Name: cfg.Name, Ranks: cfg.Schedule.Ranks, Bytes: cfg.Bytes, Collective: cfg.Schedule.Collective, Iterations: o.iters}
 		if o.hier {
-			gpn := int(cfg.Graph.Nodes[0].NumNICs)
+			gpn := cfg.Graph.GPUsOnHost()
 			c, a := cfg.Schedule.Collective, cfg.Schedule.Algorithm
 			if c != algo.AllReduce || (a != algo.Ring && a != algo.Tree) || cfg.GPUs != nil || cfg.Schedule.Ranks%gpn != 0 {
 				return row, nil, fmt.Errorf("--hier: all_reduce with --algo ring or tree over whole hosts (--gpus a multiple of %d)", gpn)

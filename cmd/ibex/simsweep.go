@@ -163,10 +163,10 @@ func runSimSweep(out io.Writer, what string, o simSweepOptions) error {
 		}
 		ranks := o.run.gpus
 		if ranks == 0 {
-			ranks = g.NumNICs
+			ranks = g.NumGPUs()
 		}
-		if ranks < 1 || ranks > g.NumNICs {
-			return fmt.Errorf("sim sweep: --gpus %d: %s has %d GPUs", o.run.gpus, path, g.NumNICs)
+		if ranks < 1 || ranks > g.NumGPUs() {
+			return fmt.Errorf("sim sweep: --gpus %d: %s has %d GPUs", o.run.gpus, path, g.NumGPUs())
 		}
 		for _, a := range algos {
 			for _, r := range routings {

@@ -346,7 +346,7 @@ func (b *bill) opticsEntries(optics []string) []string {
 }
 
 func (b *bill) report() *Report {
-	r := &Report{Name: b.g.Name, LinkLayer: b.layer, GPUs: b.g.NumNICs, PowerW: b.power, CostUSD: b.cost}
+	r := &Report{Name: b.g.Name, LinkLayer: b.layer, GPUs: b.g.NumGPUs(), PowerW: b.power, CostUSD: b.cost}
 	for i, tl := range b.links {
 		if tl.Links > 0 || topo.LinkTier(i) < topo.LinkOther {
 			r.Links = append(r.Links, tl)

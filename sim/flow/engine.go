@@ -23,7 +23,7 @@ type Phase struct {
 	Schedule *algo.Schedule
 	Groups   [][]int32 // each group's GPUs in rank order; nil: one group, the first Ranks GPUs
 	Bytes    int64
-	Channels int // per group; 0: the most ranks a group has on one host
+	Channels int // per group; 0: the most ranks a group has on one host, times the planes
 }
 
 // Config is one flow-level simulation: phases run one after the other.
@@ -185,16 +185,14 @@ func newEngine(cfg Config) (*engine, error) {
 			return nil, err
 		}
 	}
-	e := &engine{cfg: cfg, g: g, r: r, p: p, gpn: int(g.Nodes[0].NumNICs), nic0: topo.NodeID(g.NumHosts),
+	e := &engine{cfg: cfg, g: g, r: r, p: p, gpn: g.GPUsOnHost(), nic0: topo.NodeID(g.NumHosts),
 		lat: des.Time(g.SwitchLatency.Nanoseconds()) * des.Nanosecond, memo: map[[2]uint64]*memoEntry{},
 		salt: uint32(cfg.Seed * 0x9e3779b97f4a7c15 >> 32)}
-	for h := range g.NumHosts {
-		if int(g.Nodes[h].NumNICs) != e.gpn {
-			return bad("topology %q: hosts with %d and %d NICs; the workload needs the same number on every host", g.Name, e.gpn, g.Nodes[h].NumNICs)
-		}
+	if e.gpn == 0 {
+		return bad("topology %q: hosts with different numbers of NICs; the workload needs the same number on every host", g.Name)
 	}
 	e.nports = len(g.Ports)
-	nres := e.nports + 2*g.NumNICs
+	nres := e.nports + 2*g.NumGPUs()
 	e.capacity = make([]float64, nres)
 	e.prop = make([]des.Time, e.nports)
 	e.toSw = make([]bool, e.nports)
@@ -290,13 +288,13 @@ func (e *engine) phase(ph *Phase) error {
 	pls := make([]*place.Placement, len(groups))
 	nch := ph.Channels
 	for k, gr := range groups {
-		pl, err := place.New(gr, s.Ranks, e.g.NumNICs, e.gpn)
+		pl, err := place.New(gr, s.Ranks, e.g.NumGPUs(), e.gpn)
 		if err != nil {
 			return fmt.Errorf("flow: phase %q group %d: %w", ph.Name, k, err)
 		}
 		pls[k] = pl
 		if ph.Channels == 0 {
-			nch = max(nch, pl.MaxPerHost())
+			nch = max(nch, pl.MaxPerHost()*max(e.g.Planes, 1))
 		}
 	}
 	if nch < 1 || nch > 64 {
@@ -387,7 +385,7 @@ func (e *engine) step(st stepper, i int, pls []*place.Placement, nch int, off []
 				a, d := pl.GPU(c, from), pl.GPU(c, to)
 				h1 = (h1 ^ uint64(a)<<32 ^ uint64(d)) * 1099511628211
 				h2 = (h2 ^ uint64(b)) * 14695981039346656037
-				err = e.addFlow(a, d, b, qp|uint32(from))
+				err = e.addFlow(a, d, b, qp|uint32(from), place.Plane(e.g, e.gpn, c))
 				if err == nil {
 					f := &e.f[len(e.f)-1]
 					f.from, f.to = base+int32(from), base+int32(to)
@@ -457,13 +455,13 @@ func (e *engine) advance(dur des.Time, arr []des.Time) {
 
 func (e *engine) failurePending() bool { return len(e.fail) > 0 }
 
-// addFlow adds a flow of b bytes from GPU a to GPU d.
-func (e *engine) addFlow(a, d int32, b int64, qp uint32) error {
+// addFlow adds a flow of b bytes from GPU a to GPU d in plane.
+func (e *engine) addFlow(a, d int32, b int64, qp uint32, plane int) error {
 	p := &e.p
-	src, dst, intra := place.Endpoints(e.g, e.gpn, a, d, !e.cfg.LocalNIC)
+	src, dst, intra := place.EndpointsIn(e.g, e.gpn, a, d, !e.cfg.LocalNIC, plane)
 	if intra {
 		nv := int32(e.nports)
-		e.fl.Add(nv+a, nv+int32(e.g.NumNICs)+d)
+		e.fl.Add(nv+a, nv+int32(e.g.NumGPUs())+d)
 		e.f = append(e.f, flowInfo{wire: float64(b), alone: float64(b) / p.NVLinkRate, lat: p.NVLinkLatency})
 		return nil
 	}

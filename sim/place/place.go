@@ -97,15 +97,28 @@ func (pl *Placement) MaxPerHost() int {
 // leaves a's host by the NIC on b's rail (it crosses to that GPU over
 // NVLink first); without, by a's own NIC.
 func Endpoints(g *topo.Graph, gpn int, a, b int32, pxn bool) (src, dst topo.NodeID, intra bool) {
+	return EndpointsIn(g, gpn, a, b, pxn, 0)
+}
+
+// Plane is the plane channel ch uses in a multi-plane fabric: channels
+// 0..gpn-1 (one per rail) use plane 0, the next gpn plane 1, and so on
+// round, so that GPUs-per-host × planes channels use every NIC port.
+func Plane(g *topo.Graph, gpn, ch int) int {
+	return (ch / gpn) % max(g.Planes, 1)
+}
+
+// EndpointsIn is Endpoints in one plane of a multi-plane fabric (a GPU
+// has a NIC port in every plane; a transfer uses one).
+func EndpointsIn(g *topo.Graph, gpn int, a, b int32, pxn bool, plane int) (src, dst topo.NodeID, intra bool) {
 	ha, ga, hb, gb := int(a)/gpn, int(a)%gpn, int(b)/gpn, int(b)%gpn
 	if ha == hb {
 		return -1, -1, true
 	}
-	src = g.NIC(ha, ga)
+	src = g.PlaneNIC(ha, ga, plane)
 	if pxn {
-		src = g.NIC(ha, gb)
+		src = g.PlaneNIC(ha, gb, plane)
 	}
-	return src, g.NIC(hb, gb), false
+	return src, g.PlaneNIC(hb, gb, plane), false
 }
 
 // SlotOffsets are each channel's byte offsets of schedule s's slots (Slots+1

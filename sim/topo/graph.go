@@ -210,6 +210,28 @@ func (g *Graph) GPUNIC(gpu, plane int) NodeID {
 	return NodeID(g.NumHosts + gpu*g.planes() + plane)
 }
 
+// NumGPUs is the number of GPUs: NICs over planes (each GPU has a NIC
+// port in every plane).
+func (g *Graph) NumGPUs() int { return g.NumNICs / g.planes() }
+
+// GPUsOnHost is the GPUs per host of a generated topology, or of an
+// explicit one whose hosts all have the same number; 0 otherwise.
+func (g *Graph) GPUsOnHost() int {
+	if g.GPUsPerHost > 0 {
+		return g.GPUsPerHost
+	}
+	if g.NumHosts == 0 {
+		return 0
+	}
+	n := int(g.Nodes[0].NumNICs)
+	for h := 1; h < g.NumHosts; h++ {
+		if int(g.Nodes[h].NumNICs) != n {
+			return 0
+		}
+	}
+	return n / g.planes()
+}
+
 // planes is Planes, or 1 for a graph that does not say.
 func (g *Graph) planes() int { return max(g.Planes, 1) }
 
