@@ -112,9 +112,9 @@ type engine struct {
 	async       bool
 	clock, next []des.Time
 	arr         []des.Time // per flow of the step: data in, after the step began
-	path    []topo.PortID
-	load    []int32 // adaptive: flows assigned per port this step
-	salt    uint32
+	path        []topo.PortID
+	load        []int32 // adaptive: flows assigned per port this step
+	salt        uint32
 }
 
 type flowInfo struct {
