@@ -17,22 +17,26 @@ func TestExamples(t *testing.T) {
 	}
 	// hosts, GPUs, leaf, spine, core, host-leaf, leaf-spine, spine-core
 	want := map[string][8]int{
-		"superpod-1su.yaml":            {31, 248, 8, 4, 0, 248, 256, 0},
-		"superpod-4su.yaml":            {127, 1016, 32, 16, 0, 1016, 1024, 0},
-		"fattree-2tier-k64.yaml":       {2048, 2048, 64, 32, 0, 2048, 2048, 0},
-		"fattree-2tier-k64-2to1.yaml":  {2048, 2048, 49, 21, 0, 2048, 1029, 0},
-		"fattree-3tier-k16.yaml":       {1024, 1024, 128, 128, 64, 1024, 1024, 1024},
-		"explicit-small.yaml":          {4, 8, 2, 2, 0, 8, 8, 0},
-		"fattree-2tier-k64-8gpu.yaml":  {256, 2048, 64, 32, 0, 2048, 2048, 0},
-		"fattree-2tier-k128-8gpu.yaml": {512, 4096, 64, 64, 0, 4096, 4096, 0},
-		"superpod-2plane.yaml":         {31, 248, 16, 8, 0, 496, 512, 0},
+		"superpod-1su.yaml":                    {31, 248, 8, 4, 0, 248, 256, 0},
+		"superpod-4su.yaml":                    {127, 1016, 32, 16, 0, 1016, 1024, 0},
+		"fattree-2tier-k64.yaml":               {2048, 2048, 64, 32, 0, 2048, 2048, 0},
+		"fattree-2tier-k64-2to1.yaml":          {2048, 2048, 49, 21, 0, 2048, 1029, 0},
+		"fattree-3tier-k16.yaml":               {1024, 1024, 128, 128, 64, 1024, 1024, 1024},
+		"explicit-small.yaml":                  {4, 8, 2, 2, 0, 8, 8, 0},
+		"fattree-2tier-k64-8gpu.yaml":          {256, 2048, 64, 32, 0, 2048, 2048, 0},
+		"fattree-2tier-k128-8gpu.yaml":         {512, 4096, 64, 64, 0, 4096, 4096, 0},
+		"superpod-2plane.yaml":                 {31, 248, 16, 8, 0, 496, 512, 0},
+		"fattree-2tier-k128-8gpu-compact.yaml": {512, 4096, 64, 32, 0, 4096, 4096, 0},
+		"fattree-3tier-k64-8gpu-compact.yaml":  {512, 4096, 128, 128, 64, 4096, 4096, 4096},
 	}
 	// planes, GPUs per host, NICs, link rate in Gb/s, of the examples
 	// whose NICs are not one per GPU or whose rate is not NDR's.
 	shape := map[string][4]int{
-		"fattree-2tier-k64-8gpu.yaml":  {1, 8, 2048, 400},
-		"fattree-2tier-k128-8gpu.yaml": {1, 8, 4096, 400},
-		"superpod-2plane.yaml":         {2, 8, 496, 200},
+		"fattree-2tier-k64-8gpu.yaml":          {1, 8, 2048, 400},
+		"fattree-2tier-k128-8gpu.yaml":         {1, 8, 4096, 400},
+		"superpod-2plane.yaml":                 {2, 8, 496, 200},
+		"fattree-2tier-k128-8gpu-compact.yaml": {1, 8, 4096, 400},
+		"fattree-3tier-k64-8gpu-compact.yaml":  {1, 8, 4096, 400},
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -93,12 +93,19 @@ func (s *Spec) buildFatTree(c linkParams) (*Graph, error) {
 
 	leaves := ceilDiv(hosts, perLeaf)
 	var spines, cores, pods int
+	perGroup := half // cores in a core group
 	if tiers == 2 {
 		spines = up
+		if ft.Compact {
+			spines = ceilDiv(up*leaves, k)
+		}
 	} else {
 		pods = ceilDiv(leaves, half)
 		spines = pods * up
-		cores = up * half
+		if ft.Compact {
+			perGroup = ceilDiv(half*pods, k)
+		}
+		cores = up * perGroup
 	}
 	switches := leaves + spines + cores
 	nics := hosts * gpus * planes
@@ -135,6 +142,14 @@ func (s *Spec) buildFatTree(c linkParams) (*Graph, error) {
 		for e := range leaves {
 			if tiers == 2 {
 				for j := range up {
+					if ft.Compact {
+						// Uplinks are dealt round robin over the spines, all
+						// leaves' in turn: no spine gets more than its ports,
+						// a leaf's spread evenly, parallel where spines < up.
+						sp := spine0 + NodeID((e*up+j)%spines)
+						b.link(b.port(leaf0+NodeID(e), down+j), b.nextPort(sp), LinkLeafSpine)
+						continue
+					}
 					b.link(b.port(leaf0+NodeID(e), down+j), b.port(spine0+NodeID(j), e), LinkLeafSpine)
 				}
 				continue
@@ -148,6 +163,13 @@ func (s *Spec) buildFatTree(c linkParams) (*Graph, error) {
 			for a := range spines {
 				pod, group := a/up, a%up
 				for m := range half {
+					if ft.Compact {
+						// The group's uplinks (one per pod's switch of the
+						// group) dealt round robin over its cores.
+						co := core0 + NodeID(group*perGroup+(pod*half+m)%perGroup)
+						b.link(b.port(spine0+NodeID(a), half+m), b.nextPort(co), LinkSpineCore)
+						continue
+					}
 					b.link(b.port(spine0+NodeID(a), half+m), b.port(core0+NodeID(group*half+m), pod), LinkSpineCore)
 				}
 			}

@@ -77,6 +77,14 @@ type FatTree struct {
 	// hosts a leaf, no spare; at 2:1, 42 down ports: 5 hosts, 2 spare).
 	// Hosts still counts hosts, not GPUs.
 	GPUsPerHost int `yaml:"gpus_per_host"`
+	// Compact builds only the top-tier switches the hosts need: for fewer
+	// hosts than the tree holds, ⌈up·leaves/k⌉ spines (2 tiers) or
+	// ⌈(k/2)·pods/k⌉ cores per core group (3 tiers), the uplinks dealt
+	// round robin over them (parallel cables where there are fewer), instead of the full tree's k/2
+	// spines or (k/2)² cores with most ports empty. That is how a cluster
+	// smaller than its switches' maximum is bought; it cannot then grow
+	// to the maximum without recabling. Default false.
+	Compact bool `yaml:"compact"`
 	// Planes builds the switch fabric that many times, independent (no
 	// cable between planes), with every GPU's NIC split into one port per
 	// plane (Alibaba HPN's dual plane is 2); default 1. Rate is the rate

@@ -16,7 +16,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"kind: fattree\nrat: NDR\n",
 			"rat: unknown field; known fields are name, kind, rate, cable_m, switch_latency, mtu, fattree, superpod, explicit (line 2)"},
 		{"kind: fattree\nfattree:\n  k: 8\n  host: 3\n",
-			"fattree.host: unknown field; known fields are tiers, k, hosts, oversubscription, gpus_per_host, planes (line 4)"},
+			"fattree.host: unknown field; known fields are tiers, k, hosts, oversubscription, gpus_per_host, compact, planes (line 4)"},
 		{"kind: explicit\nexplicit:\n  nodes:\n    - {name: a, kind: host}\n    - {name: b, kind: host, prots: 2}\n",
 			"explicit.nodes[1].prots: unknown field; known fields are name, kind, ports, tier (line 5)"},
 		{"kind: fattree\nfattree: {k: abc}\n", "fattree.k: abc: want an integer (line 2)"},
