@@ -25,7 +25,7 @@ func newSimCmd() *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(newSimTopoCmd(), newSimRunCmd(), newSimSweepCmd())
+	cmd.AddCommand(newSimTopoCmd(), newSimRunCmd(), newSimSweepCmd(), newSimPlanCmd())
 	return cmd
 }
 

@@ -445,3 +445,61 @@ func TestSimSweep(t *testing.T) {
 		t.Errorf("no topologies: %v", err)
 	}
 }
+
+func TestSimPlan(t *testing.T) {
+	dir := t.TempDir()
+	o := simPlanOptions{gpus: 2048, size: "256M", routing: "dmodk", plotFile: filepath.Join(dir, "plan.png")}
+	var out bytes.Buffer
+	if err := runSimPlan(&out, o); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	t.Log("\n" + got)
+	for _, want := range []string{"# ibex sim plan: 2048 GPUs, 256M all-reduce", "IB NDR rail-optimized", "RoCE 400G 2-tier", "RoCE 400G 3-tier", "ring ms", "hier tree ms", "W/GPU", "$/GPU"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("plan output lacks %q", want)
+		}
+	}
+	if st, err := os.Stat(o.plotFile); err != nil || st.Size() < 1000 {
+		t.Errorf("plot: %v", err)
+	}
+	// Own designs from files, as JSON.
+	o = simPlanOptions{gpus: 248, size: "64M", routing: "dmodk", asJSON: true,
+		designs: []string{"ndr=" + superpod1SU + ":ib", "roce=" + superpod1SU + ":roce"}}
+	out.Reset()
+	if err := runSimPlan(&out, o); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Designs []struct {
+			Design    string
+			LinkLayer string `json:"link_layer"`
+			AllReduce []struct {
+				TimeUS float64 `json:"time_us"`
+			} `json:"allreduce"`
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || len(rep.Designs) != 2 || rep.Designs[1].LinkLayer != "ethernet" {
+		t.Fatalf("--json: %v %+v", err, rep)
+	}
+	// The tree across hosts is bound by the NICs (the ring's steps here by
+	// NVLink, which has no framing): RoCE's framing costs it time.
+	if rep.Designs[1].AllReduce[1].TimeUS <= rep.Designs[0].AllReduce[1].TimeUS {
+		t.Errorf("RoCE framing did not cost time: %+v", rep.Designs)
+	}
+	for _, c := range []struct {
+		o    simPlanOptions
+		want string
+	}{
+		{simPlanOptions{gpus: 100, size: "1G"}, "multiple of 8"},
+		{simPlanOptions{gpus: 248, size: "x"}, "--size"},
+		{simPlanOptions{gpus: 248, size: "1G", designs: []string{"a=b"}}, "want NAME=TOPOLOGY.yaml:ib"},
+		{simPlanOptions{gpus: 248, size: "1G", designs: []string{"a=" + superpod1SU + ":fc"}}, "fc"},
+		{simPlanOptions{gpus: 4096, size: "1G", designs: []string{"a=" + superpod1SU + ":ib"}}, "not the 4096 asked for"},
+	} {
+		c.o.routing = "dmodk"
+		if err := runSimPlan(io.Discard, c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error containing %q", c.o, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/ibex-rdma/ibex/internal/units"
+	"github.com/ibex-rdma/ibex/sim/cost"
+	"github.com/ibex-rdma/ibex/sim/plan"
+	"github.com/ibex-rdma/ibex/sim/topo"
+)
+
+type simPlanOptions struct {
+	gpus     int
+	size     string
+	designs  []string
+	costs    string
+	routing  string
+	asJSON   bool
+	plotFile string
+}
+
+func newSimPlanCmd() *cobra.Command {
+	var o simPlanOptions
+	cmd := &cobra.Command{
+		Use:   "plan [flags]",
+		Short: "Compare cluster fabric designs: switches, optics, power and cost per GPU beside the all-reduce time",
+		Long: "For each candidate design: build the topology for --gpus GPUs, count switches, cables and\n" +
+			"transceivers and price them with the cost table (sim/cost: every value carries its source;\n" +
+			"--costs FILE overrides it with your quotes), and simulate a --size all-reduce at flow level\n" +
+			"the two ways NCCL runs it: the ring over all GPUs and the tree across hosts. One row per\n" +
+			"design. Without --design, the three issue-9 designs for --gpus: InfiniBand NDR\n" +
+			"rail-optimized (DGX SuperPOD), RoCE 400G two-tier and RoCE 400G three-tier (ToR clusters).",
+		Example: "  ibex sim plan --gpus 4096\n" +
+			"  ibex sim plan --gpus 2048 --design 'ndr=examples/superpod-1024gpu.yaml:ib' --design 'roce=examples/fattree-2tier-k64-8gpu.yaml:roce' --plot plan.png",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSimPlan(cmd.OutOrStdout(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.gpus, "gpus", 4096, "GPUs (8 per host)")
+	f.StringVar(&o.size, "size", "1G", "all-reduce size")
+	f.StringArrayVar(&o.designs, "design", nil, "a design: NAME=TOPOLOGY.yaml:ib|roce (repeatable; replaces the built-in designs)")
+	f.StringVar(&o.costs, "costs", "", "a cost table overriding the default's entries (YAML, sim/cost's schema)")
+	f.StringVar(&o.routing, "routing", "dmodk", "dmodk, ecmp or adaptive")
+	f.BoolVar(&o.asJSON, "json", false, "print the rows as JSON")
+	f.StringVar(&o.plotFile, "plot", "", "draw cost and power per GPU and the all-reduce times, design by design, into this PNG file")
+	return cmd
+}
+
+func runSimPlan(out io.Writer, o simPlanOptions) error {
+	size, err := units.ParseBytes(o.size)
+	if err != nil || size <= 0 {
+		return fmt.Errorf("sim plan: --size %q: want a size like 1G", o.size)
+	}
+	table := cost.Default()
+	if o.costs != "" {
+		if table, err = cost.Load(o.costs); err != nil {
+			return fmt.Errorf("sim plan: --costs: %w", err)
+		}
+	}
+	var designs []plan.Design
+	if len(o.designs) == 0 {
+		if designs, err = plan.Defaults(o.gpus); err != nil {
+			return fmt.Errorf("sim plan: --gpus: %w", err)
+		}
+	}
+	for _, d := range o.designs {
+		name, rest, ok1 := strings.Cut(d, "=")
+		file, layer, ok2 := strings.Cut(rest, ":")
+		if !ok1 || !ok2 || name == "" {
+			return fmt.Errorf("sim plan: --design %q: want NAME=TOPOLOGY.yaml:ib or NAME=TOPOLOGY.yaml:roce", d)
+		}
+		ll, err := cost.ParseLinkLayer(layer)
+		if err != nil {
+			return fmt.Errorf("sim plan: --design %q: %w", d, err)
+		}
+		spec, err := topo.Load(file)
+		if err != nil {
+			return err
+		}
+		designs = append(designs, plan.Design{Name: name, Spec: spec, LinkLayer: ll})
+	}
+	p, err := simParams(simRunOptions{routing: o.routing})
+	if err != nil {
+		return err
+	}
+	var rows []*plan.Row
+	for _, d := range designs {
+		row, err := plan.Evaluate(d, plan.Options{GPUs: o.gpus, Bytes: size, Params: p, Table: table})
+		if err != nil {
+			return fmt.Errorf("sim plan: %w", err)
+		}
+		rows = append(rows, row)
+	}
+	if o.plotFile != "" {
+		if err := plotPlan(o.plotFile, o.gpus, size, rows); err != nil {
+			return err
+		}
+	}
+	if o.asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"gpus": o.gpus, "bytes": size, "designs": rows})
+	}
+	ew := &errWriter{w: out}
+	ew.printf("# ibex sim plan: %d GPUs, %s all-reduce (flow engine, %v routing); costs from %s\n", o.gpus, units.FormatBytes(size), p.Routing, costSource(o.costs))
+	ew.printf("# prices and most powers in the default table are estimates (see its provenance fields): use --costs with your quotes\n#\n")
+	ew.printf("# %-24s %-10s %5s %8s %7s %7s %8s %7s %8s %7s", "design", "fabric", "tiers", "switches", "links", "optics", "power kW", "W/GPU", "cost $M", "$/GPU")
+	if len(rows) > 0 {
+		for _, r := range rows[0].Results {
+			ew.printf(" %14s %7s", r.AllReduce+" ms", "busbw")
+		}
+	}
+	ew.printf("\n")
+	for _, r := range rows {
+		ew.printf("  %-24s %-10s %5d %8d %7d %7d %8.1f %7.1f %8.2f %7.0f", r.Design, r.LinkLayer, r.Tiers, r.Switches, r.Links, r.Optics,
+			r.Cost.PowerW.Total/1e3, r.Cost.PerGPU.PowerW, r.Cost.CostUSD.Total/1e6, r.Cost.PerGPU.CostUSD)
+		for _, a := range r.Results {
+			ew.printf(" %14.2f %7.1f", a.TimeUS/1e3, a.BusBW)
+		}
+		ew.printf("\n")
+	}
+	ew.printf("#\n# busbw in GB/s per GPU (nccl-tests' all_reduce factor 2(n-1)/n); power: switches, optics and NICs\n")
+	return ew.err
+}
+
+func costSource(file string) string {
+	if file == "" {
+		return "sim/cost's default table"
+	}
+	return file + " over the default table"
+}
+
+// plotPlan draws three panels of bars, one bar (or group) per design:
+// network cost per GPU, network power per GPU, and the all-reduce's time
+// by each algorithm.
+func plotPlan(file string, gpus int, size int64, rows []*plan.Row) error {
+	names := make([]string, len(rows))
+	for i, r := range rows {
+		names[i] = r.Design
+	}
+	palette := []color.Color{color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff}}
+	panel := func(title, ylabel string, series []string, value func(r *plan.Row, k int) float64) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.Y.Label.Text = ylabel
+		p.Add(plotter.NewGrid())
+		w := vg.Points(60 / float64(len(series)))
+		for k, name := range series {
+			vals := make(plotter.Values, len(rows))
+			for i, r := range rows {
+				vals[i] = value(r, k)
+			}
+			b, err := plotter.NewBarChart(vals, w)
+			if err != nil {
+				return nil, err
+			}
+			b.Color = palette[k%len(palette)]
+			b.LineStyle.Width = 0
+			b.Offset = w * vg.Length(float64(k)-float64(len(series)-1)/2)
+			p.Add(b)
+			if len(series) > 1 {
+				p.Legend.Add(name, b)
+			}
+		}
+		p.Legend.Top = true
+		p.NominalX(names...)
+		p.Y.Min = 0
+		return p, nil
+	}
+	costP, err := panel("network cost per GPU", "USD", []string{"cost"}, func(r *plan.Row, _ int) float64 { return r.Cost.PerGPU.CostUSD })
+	if err != nil {
+		return fmt.Errorf("sim plan: plot: %w", err)
+	}
+	powerP, err := panel("network power per GPU", "W", []string{"power"}, func(r *plan.Row, _ int) float64 { return r.Cost.PerGPU.PowerW })
+	if err != nil {
+		return fmt.Errorf("sim plan: plot: %w", err)
+	}
+	var algos []string
+	if len(rows) > 0 {
+		for _, a := range rows[0].Results {
+			algos = append(algos, a.AllReduce)
+		}
+	}
+	timeP, err := panel(fmt.Sprintf("%s all-reduce, %d GPUs", units.FormatBytes(size), gpus), "ms", algos,
+		func(r *plan.Row, k int) float64 { return r.Results[k].TimeUS / 1e3 })
+	if err != nil {
+		return fmt.Errorf("sim plan: plot: %w", err)
+	}
+	img := vgimg.New(15*vg.Inch, 5*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
+	canvases := plot.Align([][]*plot.Plot{{costP, powerP, timeP}}, tiles, dc)
+	costP.Draw(canvases[0][0])
+	powerP.Draw(canvases[0][1])
+	timeP.Draw(canvases[0][2])
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("sim plan: plot: %w", err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("sim plan: plot %s: %w", file, err)
+	}
+	return f.Close()
+}
