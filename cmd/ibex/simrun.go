@@ -244,6 +244,9 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 		c := g.Counts()
 		ew.printf("# ibex sim: %s (%s, %d switch tiers): %d hosts, %d GPUs, %d switches, %v links\n",
 			c.Name, c.Kind, c.Tiers, c.Hosts, c.GPUs, c.Switches.Total, c.Capacity.Of(topo.LinkHostLeaf)/topo.Rate(max(c.Links.Of(topo.LinkHostLeaf), 1)))
+		if o.hier {
+			ew.printf("# hierarchical: ring reduce-scatter in each host, %s across hosts per rail, ring all-gather in each host\n", name)
+		}
 		ew.printf("# %s over %d GPUs, %d channel(s), %s, %v routing, chunk %s, %d slots, %d QP(s)/connection, %d VL(s), buffer %s/VL, seed %d\n",
 			name, ranks, nch, map[bool]string{true: "own NIC", false: "PXN"}[o.localNIC], p.Routing,
 			units.FormatBytes(int64(orDefault(p.Chunk, packet.Defaults.Chunk))), orDefault(p.Slots, packet.Defaults.Slots),
