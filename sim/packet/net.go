@@ -19,16 +19,23 @@ const (
 	evFail                       // A: link. The link goes down.
 	evNVLink                     // A: chunk. A message over NVLink is in the receiver's memory.
 	evResend                     // A: QP, B: chunk, C: payload. A lost packet's retry timeout expired.
+	evPause                      // A: port, B: priority, C: 1 PAUSE, 0 RESUME. A PFC frame reaches the sending side of port A.
+	evCNP                        // A: QP. A CNP reaches the QP's sender (DCQCN).
+	evNAK                        // A: QP, C: PSN. The receiver's NAK reaches the sender: go back to C.
+	evTimeout                    // A: QP, C: PSN. A RoCE QP's retry timer, started when packet C was lost, expires.
 )
 
-// ErrDrop is what a lost packet would report. InfiniBand's link layer
-// never drops: a port sends only with credit, and the engine has no code
-// path that drops a packet for want of buffer. The one way a packet is
-// lost is a link failure that leaves the switch holding it without a
-// route to its destination (real switches discard such packets): it is
-// counted, and its QP resends it after the retry timeout, as RC does.
-// Verify checks that every packet injected was delivered or lost that
-// way, and this error is what it wraps if not.
+// ErrDrop is what a packet unaccounted for reports. InfiniBand's link
+// layer never drops: a port sends only with credit, and the engine has no
+// code path that drops a packet for want of buffer. There the one way a
+// packet is lost is a link failure that leaves the switch holding it
+// without a route to its destination (real switches discard such
+// packets): it is counted, and its QP resends it after the retry timeout,
+// as RC does. With RoCE a packet is also lost when it arrives to a full
+// buffer, or when the receiver discards it out of sequence, and the QP
+// goes back to it (go-back-N). Verify checks that every packet sent was
+// delivered or lost in one of these ways, and this error is what it wraps
+// if not.
 var ErrDrop = errors.New("packet lost in a lossless fabric")
 
 // oport is the sending side of one port: what it is cabled to, and its
@@ -54,10 +61,20 @@ type oport struct {
 
 	// Counters, as a port's PortXmitData, PortXmitPkts, busy time and
 	// PortXmitWait (time with data to send and no credit).
-	txBytes int64
-	txPkts  int64
-	busy    des.Time
-	stall   des.Time
+	txBytes   int64
+	txPkts    int64
+	busy      des.Time
+	stall     des.Time
+	maxQueued int64
+
+	// RoCE counters: time paused by the peer with packets to send (all
+	// priorities), PAUSE frames sent, packets dropped at this port's
+	// ingress, packets marked CE at its egress, CNPs sent (a NIC port).
+	pauseTime   des.Time
+	pauseFrames int64
+	drops       int64
+	marks       int64
+	cnps        int64
 }
 
 // packet is one packet in flight. Packets live in a pool and are named by
@@ -71,7 +88,9 @@ type packet struct {
 	in      topo.PortID // the input port whose buffer holds it
 	wire    int32       // bytes on the wire, headers included
 	payload int32
+	psn     int32 // RoCE: its sequence number in its QP
 	vl      uint8
+	ce      bool // RoCE: marked Congestion Experienced
 }
 
 // Net is the packet-level fabric of one run: ports with per-VL credits
@@ -103,6 +122,20 @@ type Net struct {
 
 	load func(topo.PortID) int64
 
+	// RoCE (roce.go). Slices per port × priority unless said otherwise.
+	roce       bool
+	dcqcn      bool
+	pcap       []int32    // per port: ingress buffer per priority, bytes (Xoff + headroom)
+	xoff       []bool     // the ingress has sent PAUSE and not RESUME
+	paused     []bool     // the sending side is paused by its peer
+	pauseSince []des.Time // paused with packets to send since; -1: not
+	qbytes     []int64    // bytes queued at the output (ECN's measure)
+	nicWork    []int32    // NIC ports: active QPs on the priority
+	rps        []rpState  // per QP: DCQCN's reaction point
+	discards   int64      // packets the receivers discarded out of sequence
+	checkBuf   []int64    // invariantsRoCE's scratch
+	dropP      float64    // tests' fault injection: switches drop this share of arriving packets
+
 	// Conservation counters.
 	injected, delivered         int64 // payload bytes (injected: first sends)
 	injectedPkts, deliveredPkts int64
@@ -133,7 +166,19 @@ type qp struct {
 	msgs    fifo // chunk IDs
 	off     int32
 	readyAt des.Time
-	retx    []retx // lost packets to send again, before new ones
+	retx    []retx   // lost packets to send again, before new ones
+	lat     des.Time // one way to the peer without serialisation: CNPs and NAKs take it
+
+	// RoCE go-back-N. The sender: PSNs logBase .. sndNxt-1 are in log,
+	// and it sends PSN rp next (rp < sndNxt: it is going back). The
+	// receiver: it expects epsn, and has NAKed it (nakd).
+	log     sentLog
+	logBase int32
+	sndNxt  int32
+	rp      int32
+	epsn    int32
+	nakd    bool
+	cnpAt   des.Time // the receiver's last CNP for this QP; -1: none
 }
 
 type retx struct{ chunk, payload int32 }
@@ -144,7 +189,7 @@ func newNet(g *topo.Graph, r *route.Router, p Params, sim *des.Sim) (*Net, error
 		nic0: topo.NodeID(g.NumHosts)}
 	pkt := g.MTU + p.HeaderBytes + p.FirstBytes
 	n.cap = int32(p.Buffer / p.CreditUnit)
-	if int(n.cap)*p.CreditUnit < pkt {
+	if p.LinkLayer == LinkIB && int(n.cap)*p.CreditUnit < pkt {
 		return nil, fmt.Errorf("packet: %w: buffer %d bytes per VL holds %d credits of %d bytes, less than one %d-byte packet (MTU %d and headers): the link could never send",
 			ErrConfig, p.Buffer, n.cap, p.CreditUnit, pkt, g.MTU)
 	}
@@ -189,6 +234,11 @@ func newNet(g *topo.Graph, r *route.Router, p Params, sim *des.Sim) (*Net, error
 		n.nics[i].port = g.Nodes[n.nic0+topo.NodeID(i)].FirstPort
 	}
 	n.load = n.portLoad
+	if p.LinkLayer == LinkRoCE {
+		if err := n.initRoCE(); err != nil {
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -293,13 +343,21 @@ func (n *Net) kick(p topo.PortID) {
 			wake = earliest(wake, pk.ready)
 			continue
 		}
-		u := n.units(pk.wire)
-		if !n.haveCredit(base+vl, u) {
-			blocked = true
-			if r := &n.ret[base+vl]; !r.empty() {
-				wake = earliest(wake, r.next())
+		var u int32
+		if n.roce {
+			if n.paused[base+vl] {
+				continue // the RESUME kicks the port
 			}
-			continue
+			n.dequeuedRoCE(op, base+vl, pk)
+		} else {
+			u = n.units(pk.wire)
+			if !n.haveCredit(base+vl, u) {
+				blocked = true
+				if r := &n.ret[base+vl]; !r.empty() {
+					wake = earliest(wake, r.next())
+				}
+				continue
+			}
 		}
 		q.pop()
 		op.npk--
@@ -349,10 +407,12 @@ func (n *Net) turn(op *oport, vl int) {
 func (n *Net) transmit(p topo.PortID, op *oport, id int32, pk *packet, u int32) {
 	now := n.sim.Now()
 	vl := int(pk.vl)
-	i := int(p)*n.nv + vl
-	n.cred[i] -= u
-	if n.cred[i] < 0 {
-		panic(fmt.Sprintf("packet: port %s VL %d: credits %d below zero", n.g.PortName(p), vl, n.cred[i]))
+	if !n.roce {
+		i := int(p)*n.nv + vl
+		n.cred[i] -= u
+		if n.cred[i] < 0 {
+			panic(fmt.Sprintf("packet: port %s VL %d: credits %d below zero", n.g.PortName(p), vl, n.cred[i]))
+		}
 	}
 	ser := op.ser(pk.wire)
 	end := now + ser
@@ -368,17 +428,25 @@ func (n *Net) transmit(p topo.PortID, op *oport, id int32, pk *packet, u int32) 
 		// The packet leaves the input buffer it was in as it is sent; its
 		// credit goes back over that input's cable when it has left.
 		in := pk.in
-		n.occ[int(in)*n.nv+vl] -= u
-		up := n.ports[in].peer
-		n.returnCredit(up, pk.vl, end+n.ports[in].prop, u)
+		if n.roce {
+			n.release(in, pk.vl, pk.wire)
+		} else {
+			n.occ[int(in)*n.nv+vl] -= u
+			up := n.ports[in].peer
+			n.returnCredit(up, pk.vl, end+n.ports[in].prop, u)
+		}
 	}
 	peer := op.peer
-	j := int(peer)*n.nv + vl
-	n.occ[j] += u
-	if n.occ[j] > n.maxOcc {
-		n.maxOcc = n.occ[j]
-		if n.occ[j] > n.cap {
-			panic(fmt.Sprintf("packet: port %s VL %d: buffer %d credits over its %d", n.g.PortName(peer), vl, n.occ[j], n.cap))
+	if !n.roce {
+		// With RoCE the receiving switch takes the packet into its buffer
+		// when it has looked at its head (admit), and a NIC not at all.
+		j := int(peer)*n.nv + vl
+		n.occ[j] += u
+		if n.occ[j] > n.maxOcc {
+			n.maxOcc = n.occ[j]
+			if n.occ[j] > n.cap {
+				panic(fmt.Sprintf("packet: port %s VL %d: buffer %d credits over its %d", n.g.PortName(peer), vl, n.occ[j], n.cap))
+			}
 		}
 	}
 	pk.in = peer
@@ -408,7 +476,14 @@ func (n *Net) arrive(id int32, in topo.PortID) {
 	pk := &n.pkts[id]
 	node := n.g.Ports[in].Node
 	if n.g.Nodes[node].Kind != topo.KindSwitch {
+		if n.roce {
+			n.deliverRoCE(id, pk, in)
+			return
+		}
 		n.deliver(id, pk, in)
+		return
+	}
+	if n.roce && !n.admit(id, pk, in) {
 		return
 	}
 	var out topo.PortID
@@ -436,6 +511,11 @@ func (n *Net) strand(id int32, pk *packet, node topo.NodeID) {
 	if !n.r.Reachable(q.src, pk.dst) {
 		n.abort(fmt.Errorf("packet: at %v %s cannot reach %s any more (failed links: %d): %w",
 			n.sim.Now(), n.g.NodeName(q.src), n.g.NodeName(pk.dst), len(n.r.Failed()), route.ErrUnreachable))
+		return
+	}
+	if n.roce {
+		n.release(pk.in, pk.vl, pk.wire)
+		n.lose(id, pk)
 		return
 	}
 	u := n.units(pk.wire)
@@ -466,9 +546,14 @@ func (n *Net) enqueue(out topo.PortID, id int32, pk *packet) {
 	// Cut-through: the packet may start once its head is here, but may not
 	// finish before its tail has arrived.
 	pk.ready = pk.tail + n.lat - op.ser(pk.wire)
-	n.q[int(out)*n.nv+int(pk.vl)].push(id)
+	i := int(out)*n.nv + int(pk.vl)
+	if n.roce {
+		n.queuedRoCE(i, pk)
+	}
+	n.q[i].push(id)
 	op.npk++
 	op.queued += int64(pk.wire)
+	op.maxQueued = max(op.maxQueued, op.queued)
 	n.kick(out)
 }
 
@@ -494,6 +579,9 @@ func (n *Net) post(q int32, chunk int32) {
 	if !qq.active {
 		qq.active = true
 		qq.readyAt = max(qq.readyAt, n.sim.Now()+n.p.MsgOverhead)
+		if n.roce {
+			n.workOn(qq)
+		}
 		n.nics[qq.nic].active.push(q)
 		n.kick(qq.port)
 	}
@@ -510,6 +598,10 @@ func (n *Net) kickNIC(p topo.PortID, op *oport) {
 		q := &n.qps[ns.active.front()]
 		n.abort(fmt.Errorf("packet: at %v the link of %s is down and it has messages for %s: %w",
 			n.sim.Now(), n.g.NodeName(q.src), n.g.NodeName(q.dst), route.ErrUnreachable))
+		return
+	}
+	if n.roce {
+		n.kickNICRoCE(p, op, ns)
 		return
 	}
 	now := n.sim.Now()
@@ -603,6 +695,9 @@ func (n *Net) fail(l topo.LinkID) {
 	for _, p := range []topo.PortID{lk.A, lk.B} {
 		op := &n.ports[p]
 		op.dead = true
+		if n.roce {
+			n.linkDown(p)
+		}
 		if !op.sw {
 			continue
 		}
@@ -614,6 +709,9 @@ func (n *Net) fail(l topo.LinkID) {
 				pk := &n.pkts[id]
 				op.npk--
 				op.queued -= int64(pk.wire)
+				if n.roce {
+					n.qbytes[int(p)*n.nv+v] -= int64(pk.wire)
+				}
 				var out topo.PortID
 				switch n.p.Routing {
 				case RouteDModK:
@@ -645,6 +743,14 @@ func (n *Net) Handle(s *des.Sim, e des.Event) {
 		n.fail(topo.LinkID(e.A))
 	case evResend:
 		n.resend(e.A, e.B, int32(e.C))
+	case evPause:
+		n.onPause(topo.PortID(e.A), int(e.B), e.C != 0)
+	case evCNP:
+		n.onCNP(e.A)
+	case evNAK:
+		n.goBack(e.A, int32(e.C))
+	case evTimeout:
+		n.onTimeout(e.A, int32(e.C))
 	default:
 		n.w.handle(e)
 	}
@@ -660,6 +766,9 @@ func (n *Net) Handle(s *des.Sim, e des.Event) {
 // credits in hand + credits on their way back + buffer in use (packets on
 // the wire count from when they start) = capacity.
 func (n *Net) invariants() error {
+	if n.roce {
+		return n.invariantsRoCE()
+	}
 	for i := range n.ports {
 		op := &n.ports[i]
 		if !op.cabled {

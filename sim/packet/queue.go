@@ -81,3 +81,27 @@ func (c *credits) pending() int64 {
 	}
 	return u
 }
+
+// sent is what a RoCE QP keeps of a packet it sent and the receiver has
+// not yet taken, to send it again (go-back-N).
+type sent struct{ chunk, payload, wire int32 }
+
+// sentLog is a QP's sent packets from the oldest the receiver has not
+// taken on, in PSN order, in a slice reused once drained.
+type sentLog struct {
+	b []sent
+	h int
+}
+
+func (l *sentLog) push(s sent)    { l.b = append(l.b, s) }
+func (l *sentLog) at(k int) *sent { return &l.b[l.h+k] }
+
+func (l *sentLog) pop() {
+	l.h++
+	if l.h == len(l.b) {
+		l.b, l.h = l.b[:0], 0
+	} else if l.h >= 64 && l.h*2 >= len(l.b) {
+		n := copy(l.b, l.b[l.h:])
+		l.b, l.h = l.b[:n], 0
+	}
+}

@@ -1,14 +1,16 @@
 // Package packet is ibex's packet-level fabric simulator: InfiniBand links
-// with credit-based flow control per virtual lane, output-queued switches
-// with VL arbitration and cut-through forwarding, NICs whose QPs send RDMA
+// with credit-based flow control per virtual lane (or RoCEv2 links with
+// PFC per priority, ECN marking and DCQCN), output-queued switches with
+// VL arbitration and cut-through forwarding, NICs whose QPs send RDMA
 // WRITE messages packet by packet, and a workload that runs any coll/algo
 // schedule (or a point-to-point pattern) over chosen GPUs the way NCCL's
 // Simple protocol does: per channel, per connection, messages of one chunk
 // with a bounded number in flight.
 //
 // A run is deterministic: the engine is sim/des, routing is sim/route's
-// (D-mod-k, ECMP by QP hash, or adaptive), and the seed salts the ECMP
-// hashes, so one seed replays a run exactly.
+// (D-mod-k, ECMP by QP hash, or adaptive), the seed salts the ECMP hashes
+// and seeds the random source of ECN marking, so one seed replays a run
+// exactly.
 package packet
 
 import (
@@ -74,7 +76,8 @@ type Config struct {
 	Progress io.Writer
 }
 
-// PortStat is the traffic one port sent.
+// PortStat is the traffic one port sent, and with RoCE what happened at
+// its ingress.
 type PortStat struct {
 	Port   topo.PortID
 	Name   string // "leaf3:40 -> spine1:3"
@@ -84,6 +87,22 @@ type PortStat struct {
 	Util   float64  // busy time over the run's time
 	Wait   des.Time // time with packets to send and no credit (PortXmitWait)
 	Failed bool
+	// MaxQueue is the most bytes ever queued at this (switch) port to send.
+	MaxQueue int64
+
+	// RoCE (zero with InfiniBand). PauseTime is the time this port was
+	// paused by its peer (PFC) while it had packets of the paused
+	// priority to send, summed over priorities, as ports count PFC pause
+	// duration. PauseFrames are the PAUSE frames this port sent its peer
+	// (its ingress went over Xoff; RESUMEs not counted). Drops are the
+	// packets that arrived at this port to a full buffer. ECNMarks are
+	// the packets this port marked CE as they left it; CNPs the CNPs
+	// this NIC port sent for marked packets it received.
+	PauseTime   des.Time
+	PauseFrames int64
+	Drops       int64
+	ECNMarks    int64
+	CNPs        int64
 }
 
 // Result is what a run measured.
@@ -100,17 +119,27 @@ type Result struct {
 	Packets int64 // injected
 	Payload int64 // bytes injected by NICs (equal to delivered: Verify)
 	NVLink  int64 // messages that stayed inside a host
-	// Lost is the payload bytes stranded by link failures (and resent
-	// after the retry timeout); LostPkts the packets. Never anything else.
+	// Lost is the payload bytes lost and sent again, LostPkts the
+	// packets. With InfiniBand: stranded by link failures (resent after
+	// the retry timeout), never anything else. With RoCE also dropped for
+	// want of buffer, and discarded by receivers out of sequence
+	// (go-back-N: the packets after a lost one).
 	Lost, LostPkts int64
-	LostWire       int64 // the lost packets' bytes on the wire
+	LostWire       int64 // the bytes on the wire of those lost in the fabric (not the discarded)
 	// MaxBuffer is the fullest any input buffer got, bytes (never above
-	// Params.Buffer).
+	// Params.Buffer; with RoCE, above Xoff + headroom).
 	MaxBuffer int64
-	// Ports are the ports that sent, busiest first.
+	// Ports are the ports that sent (or with RoCE dropped, paused or sent
+	// PAUSE frames or CNPs), busiest first.
 	Ports []PortStat
 	// Wait is the total credit-stall time over all ports.
 	Wait des.Time
+
+	// RoCE totals over all ports (PortStat's), and the packets receivers
+	// discarded out of sequence.
+	PauseTime                          des.Time
+	PauseFrames, Drops, ECNMarks, CNPs int64
+	Discards                           int64
 }
 
 // EventsPerSec is the simulator's speed on this run.
@@ -220,6 +249,9 @@ func build(cfg Config) (*model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n.roce {
+		n.initRPs()
+	}
 	for _, f := range cfg.Failures {
 		if f.Link < 0 || int(f.Link) >= len(g.Links) {
 			return bad("failure of link %d: the topology has %d links", f.Link, len(g.Links))
@@ -290,7 +322,10 @@ func (m *model) result(cfg Config, wall time.Duration) *Result {
 		Name: cfg.Name, Ranks: s.Ranks, Bytes: cfg.Bytes, Time: m.w.end,
 		Events: m.sim.Events(), Wall: wall, Packets: m.n.injectedPkts, Payload: m.n.injected,
 		NVLink: m.w.nvChunks, Lost: m.n.lost, LostPkts: m.n.lostPkts, LostWire: m.n.lostWire, MaxBuffer: int64(m.n.maxOcc) * int64(m.n.p.CreditUnit),
-		Factor: BusFactor(s.Collective, s.Ranks),
+		Factor: BusFactor(s.Collective, s.Ranks), Discards: m.n.discards,
+	}
+	if m.n.roce {
+		res.MaxBuffer = int64(m.n.maxOcc) // bytes
 	}
 	if m.w.end > 0 {
 		res.AlgBW = float64(cfg.Bytes) / m.w.end.Seconds()
@@ -302,6 +337,11 @@ func (m *model) result(cfg Config, wall time.Duration) *Result {
 	res.Ports = m.n.portStats(m.w.end)
 	for _, p := range res.Ports {
 		res.Wait += p.Wait
+		res.PauseTime += p.PauseTime
+		res.PauseFrames += p.PauseFrames
+		res.Drops += p.Drops
+		res.ECNMarks += p.ECNMarks
+		res.CNPs += p.CNPs
 	}
 	return res
 }
@@ -311,11 +351,12 @@ func (n *Net) portStats(end des.Time) []PortStat {
 	var out []PortStat
 	for i := range n.ports {
 		op := &n.ports[i]
-		if op.txPkts == 0 {
+		if op.txPkts == 0 && op.pauseTime == 0 && op.pauseFrames == 0 && op.drops == 0 && op.cnps == 0 {
 			continue
 		}
 		ps := PortStat{Port: topo.PortID(i), Bytes: op.txBytes, Pkts: op.txPkts, Wait: op.stall, Failed: op.dead,
-			Name: n.g.PortName(topo.PortID(i)) + " -> " + n.g.PortName(op.peer), Tier: n.g.Links[op.link].Tier}
+			Name: n.g.PortName(topo.PortID(i)) + " -> " + n.g.PortName(op.peer), Tier: n.g.Links[op.link].Tier,
+			MaxQueue: op.maxQueued, PauseTime: op.pauseTime, PauseFrames: op.pauseFrames, Drops: op.drops, ECNMarks: op.marks, CNPs: op.cnps}
 		if end > 0 {
 			ps.Util = float64(op.busy) / float64(end)
 		}
@@ -326,17 +367,22 @@ func (n *Net) portStats(end des.Time) []PortStat {
 }
 
 // Verify checks the run's conservation laws: every byte and packet
-// injected was delivered (or lost to a link failure and resent, and the
-// resend delivered), no packet is left in a queue or on a wire, and
-// on every link and VL the sender's credits plus those on their way back
-// equal the receiver's buffer (nothing in it).
+// injected was delivered (or lost and resent, and the resend delivered:
+// injected + resent = delivered + lost, and resent = lost), no packet is
+// left in a queue or on a wire, and on every link and VL the sender's
+// credits plus those on their way back equal the receiver's buffer
+// (nothing in it); with RoCE, no buffer holds anything and no priority is
+// left paused.
 func (n *Net) Verify() error {
 	if n.injected+n.resent != n.delivered+n.lost || n.injectedPkts+n.resentPkts != n.deliveredPkts+n.lostPkts || n.resent != n.lost {
-		return fmt.Errorf("packet: %d bytes in %d packets injected and %d in %d resent; %d bytes in %d packets delivered and %d in %d lost to link failures: %w",
+		return fmt.Errorf("packet: %d bytes in %d packets injected and %d in %d resent; %d bytes in %d packets delivered and %d in %d lost: %w",
 			n.injected, n.injectedPkts, n.resent, n.resentPkts, n.delivered, n.deliveredPkts, n.lost, n.lostPkts, ErrDrop)
 	}
 	if len(n.free) != len(n.pkts) {
 		return fmt.Errorf("packet: %d packets still held at the end: %w", len(n.pkts)-len(n.free), ErrDrop)
+	}
+	if n.roce {
+		return n.verifyRoCE()
 	}
 	for i := range n.ports {
 		op := &n.ports[i]
