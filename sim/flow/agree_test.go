@@ -39,6 +39,11 @@ func TestAgreement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	zero := 0
+	twoPlane, err := (&topo.Spec{Kind: "superpod", Rate: "200", SuperPOD: &topo.SuperPOD{SUs: 1, ReservedSlots: &zero, Planes: 2}}).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
 	gen := func(c algo.Collective, a algo.Algorithm, n, pipe int) *algo.Schedule {
 		s, err := algo.Generate(c, a, n, 0, pipe)
 		if err != nil {
@@ -71,6 +76,7 @@ func TestAgreement(t *testing.T) {
 		{"broadcast ring 24", sp, gen(algo.Broadcast, algo.Ring, 24, 1), 64 << 20, false},
 		{"reduce tree 48 pipelined", sp, gen(algo.Reduce, algo.Tree, 48, 4), 32 << 20, false},
 		{"all_to_all 32", sp, gen(algo.AllToAll, algo.Direct, 32, 1), 16 << 20, false},
+		{"2-plane ring 32", twoPlane, gen(algo.AllReduce, algo.Ring, 32, 1), 256 << 20, false},
 		{"fat tree ring 64", ft, gen(algo.AllReduce, algo.Ring, 64, 1), 16 << 20, false},
 		{"fat tree permutation 128", ft, pat(packet.Permutation, 128), 4 << 20, false},
 		{"fat tree incast 16", ft, pat(packet.Incast, 16), 4 << 20, false},

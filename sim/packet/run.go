@@ -50,8 +50,9 @@ type Config struct {
 	ElemSize int
 	// Channels run the schedule side by side, each on 1/Channels of the
 	// data; channel c rotates the ranks within each host by c, so that with
-	// PXN channel c's traffic between hosts uses rail c. Default: the NICs
-	// per host.
+	// PXN channel c's traffic between hosts uses rail c, in plane
+	// place.Plane(c) of a multi-plane fabric. Default: the GPUs per host
+	// times the planes.
 	Channels int
 	// GPUs are the ranks' GPUs, rank r on GPUs[r] (host × GPUs per host +
 	// index), ranks of one host contiguous. Nil: the first Schedule.Ranks
@@ -214,18 +215,15 @@ func build(cfg Config) (*model, error) {
 	if esize == 0 {
 		esize = 4
 	}
-	gpn := int(g.Nodes[0].NumNICs)
-	for h := range g.NumHosts {
-		if int(g.Nodes[h].NumNICs) != gpn {
-			return bad("topology %q: host %s has %d NICs and %s has %d; the workload needs the same number on every host",
-				g.Name, g.NodeName(0), gpn, g.NodeName(topo.NodeID(h)), g.Nodes[h].NumNICs)
-		}
+	gpn := g.GPUsOnHost()
+	if gpn == 0 {
+		return bad("topology %q: hosts with different numbers of NICs; the workload needs the same number on every host", g.Name)
 	}
 	nch := cfg.Channels
 	if nch == 0 {
-		nch = gpn
+		nch = gpn * max(g.Planes, 1)
 	}
-	pl, err := place.New(cfg.GPUs, s.Ranks, g.NumNICs, gpn)
+	pl, err := place.New(cfg.GPUs, s.Ranks, g.NumGPUs(), gpn)
 	if err != nil {
 		return nil, fmt.Errorf("packet: %w: %w", ErrConfig, err)
 	}

@@ -186,3 +186,39 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("%v allocations per 20 µs of simulated time, want 0", allocs)
 	}
 }
+
+// TestPlanes: on a two-plane SuperPOD (2 × 200G per GPU) a ring
+// all-reduce uses both planes of every NIC equally and gets about the
+// busbw of one 400G plane, and no packet leaves its plane.
+func TestPlanes(t *testing.T) {
+	zero := 0
+	two, err := (&topo.Spec{Kind: "superpod", Rate: "200", SuperPOD: &topo.SuperPOD{SUs: 1, ReservedSlots: &zero, Planes: 2}}).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := superpod(t, 1, "NDR")
+	s, _ := algo.Generate(algo.AllReduce, algo.Ring, 32, 0, 1)
+	r2, err := Run(Config{Graph: two, Schedule: s, Bytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := Run(Config{Graph: one, Schedule: s, Bytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("2 planes x 200G: %v, busbw %.1f GB/s; 1 plane x 400G: %v, busbw %.1f GB/s", r2.Time, r2.BusBW/1e9, r1.Time, r1.BusBW/1e9)
+	if d := r2.BusBW/r1.BusBW - 1; d < -0.05 || d > 0.05 {
+		t.Errorf("two planes %.1f GB/s against one %.1f: %+.1f%%", r2.BusBW/1e9, r1.BusBW/1e9, 100*d)
+	}
+	perPlane := [2]int64{}
+	for _, ps := range r2.Ports {
+		a, b := two.Ports[ps.Port].Node, two.PeerNode(ps.Port)
+		if two.Nodes[a].Plane != two.Nodes[b].Plane {
+			t.Fatalf("%s crosses planes", ps.Name)
+		}
+		perPlane[two.Nodes[a].Plane] += ps.Bytes
+	}
+	if perPlane[0] == 0 || perPlane[0] != perPlane[1] {
+		t.Errorf("bytes per plane %v, want equal and not zero", perPlane)
+	}
+}

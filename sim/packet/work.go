@@ -102,7 +102,7 @@ func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *place.Pl
 	w := &work{n: n, sim: n.sim, p: n.p, ranks: s.Ranks, nch: nch}
 	n.w = w
 	g := n.g
-	gpn := int(g.Nodes[0].NumNICs) // GPUs per host
+	gpn := g.GPUsOnHost()
 	// Programs, and the pairs that talk.
 	pairOf := map[uint64]int32{}
 	var pairFrom, pairTo []int32
@@ -151,7 +151,7 @@ func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *place.Pl
 	// Connections and their QPs.
 	w.conns = make([]conn, nch*w.pairs)
 	w.chunks = make([]chunkRec, len(w.conns)*n.p.Slots)
-	w.nvBusy = make([]des.Time, g.NumNICs)
+	w.nvBusy = make([]des.Time, g.NumGPUs())
 	var path []topo.PortID
 	salt := uint32(seed * 0x9e3779b97f4a7c15 >> 32)
 	for c := range nch {
@@ -166,7 +166,7 @@ func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *place.Pl
 			// With PXN the data crosses to the GPU on the receiver's rail
 			// over NVLink (not charged: NVLink is not the bottleneck) and
 			// leaves by that GPU's NIC, so a ring stays on one rail.
-			src, dst, intra := place.Endpoints(g, gpn, a, b, pxn)
+			src, dst, intra := place.EndpointsIn(g, gpn, a, b, pxn, place.Plane(g, gpn, c))
 			if intra {
 				cn.intra = true
 				cn.lat = n.p.NVLinkLatency
