@@ -503,3 +503,43 @@ func TestSimPlan(t *testing.T) {
 		}
 	}
 }
+
+func TestSimRunRoCE(t *testing.T) {
+	for _, cc := range []string{"auto", "none"} {
+		o := simRunOpts()
+		o.gpus, o.min, o.linkLayer, o.cc, o.asJSON = 16, "1M", "roce", cc, true
+		var out bytes.Buffer
+		if err := runSimRun(&out, io.Discard, "../../examples/fattree-2tier-k64.yaml", "incast", o); err != nil {
+			t.Fatal(err)
+		}
+		var rep struct{ Rows []simRow }
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil || len(rep.Rows) != 1 {
+			t.Fatalf("%v %s", err, out.String())
+		}
+		r := rep.Rows[0]
+		t.Logf("incast 15 -> 1, RoCE, cc %s: %.1f us, pause %.1f us, %d PAUSE frames, %d drops, %d marks, %d CNPs", cc, r.TimeUS, r.WaitUS, r.PauseFrames, r.Drops, r.ECNMarks, r.CNPs)
+		if r.WaitUS <= 0 || r.PauseFrames == 0 || r.Drops != 0 || r.ECNMarks == 0 {
+			t.Errorf("cc %s: %+v: want pause time, PAUSE frames and marks, and no drops", cc, r)
+		}
+		if (r.CNPs > 0) != (cc == "auto") {
+			t.Errorf("cc %s: %d CNPs", cc, r.CNPs)
+		}
+	}
+	for _, c := range []struct {
+		edit func(*simRunOptions)
+		want string
+	}{
+		{func(o *simRunOptions) { o.linkLayer = "fc" }, "--link-layer"},
+		{func(o *simRunOptions) { o.linkLayer, o.cc = "roce", "bbr" }, "--cc"},
+		{func(o *simRunOptions) { o.linkLayer, o.routing = "roce", "adaptive" }, "adaptive"},
+		{func(o *simRunOptions) { o.linkLayer, o.pfcXoff = "roce", "x" }, "--pfc-xoff"},
+	} {
+		o := simRunOpts()
+		o.gpus = 16
+		c.edit(&o)
+		err := runSimRun(io.Discard, io.Discard, superpod1SU, "all_reduce", o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error containing %q", o, err, c.want)
+		}
+	}
+}

@@ -51,6 +51,13 @@ type simRunOptions struct {
 	hier        bool
 	seeds       int
 	iters       int
+	linkLayer   string
+	cc          string
+	pfcXoff     string
+	pfcHeadroom string
+	ecnKmin     string
+	ecnKmax     string
+	ecnPmax     float64
 	failSwitch  []string
 	failRandom  int
 	failWindow  time.Duration
@@ -114,6 +121,13 @@ func newSimRunCmd() *cobra.Command {
 	f.BoolVar(&o.progress, "progress", true, "show a progress line on stderr for runs longer than 2 s")
 	f.StringVar(&o.engine, "engine", "packet", "packet (every packet and credit) or flow (max-min fair rates per step; 100k GPUs in seconds)")
 	f.BoolVar(&o.hier, "hier", false, "all_reduce as NCCL does across nodes: ring reduce-scatter in each host, --algo (ring or tree) per rail across hosts, ring all-gather in each host (flow engine)")
+	f.StringVar(&o.linkLayer, "link-layer", "ib", "ib (InfiniBand: credit flow control per VL) or roce (RoCEv2: Ethernet framing, PFC, ECN)")
+	f.StringVar(&o.cc, "cc", "auto", "congestion control: auto (DCQCN with roce, none with ib), none (roce: PFC and NCCL's admission only, as Meta runs), dcqcn")
+	f.StringVar(&o.pfcXoff, "pfc-xoff", "", "roce: PFC Xoff per ingress port and priority (default 256K)")
+	f.StringVar(&o.pfcHeadroom, "pfc-headroom", "", "roce: PFC headroom above Xoff (default: computed per port so nothing is dropped)")
+	f.StringVar(&o.ecnKmin, "ecn-kmin", "", "roce: ECN marking starts above this many bytes queued (default 64K)")
+	f.StringVar(&o.ecnKmax, "ecn-kmax", "", "roce: ECN marks every packet above this (default 256K)")
+	f.Float64Var(&o.ecnPmax, "ecn-pmax", 0, "roce: marking probability at ecn-kmax (default 0.2)")
 	f.IntVar(&o.iters, "iters", 1, "run the operation this many times back to back in one simulation (flow engine), reporting each iteration's time when links fail")
 	f.StringArrayVar(&o.failSwitch, "fail-switch", nil, "fail every link of a switch at a simulated time: NAME@TIME (spine3@1ms); repeatable")
 	f.IntVar(&o.failRandom, "fail-random", 0, "fail this many switch-to-switch links, drawn from --seed, at random times within --fail-window")
@@ -133,7 +147,12 @@ type simRow struct {
 	AlgBW       float64   `json:"algbw_GBps"`
 	BusBW       float64   `json:"busbw_GBps"`
 	BusBWPerNIC float64   `json:"busbw_per_nic_GBps"`
-	WaitUS      float64   `json:"credit_wait_us"`
+	WaitUS      float64   `json:"credit_wait_us"` // InfiniBand; with RoCE the PFC pause time
+	PauseFrames int64     `json:"pfc_pause_frames,omitempty"`
+	Drops       int64     `json:"drops,omitempty"`
+	ECNMarks    int64     `json:"ecn_marks,omitempty"`
+	CNPs        int64     `json:"cnps,omitempty"`
+	Lost        int64     `json:"lost_packets,omitempty"`
 	MaxBuffer   int64     `json:"max_buffer_bytes"`
 	Packets     int64     `json:"packets"`
 	Events      uint64    `json:"events"` // packet: events handled; flow: max-min solves
@@ -151,7 +170,8 @@ type link struct {
 	Tier   string  `json:"tier"`
 	Bytes  int64   `json:"bytes"`
 	Util   float64 `json:"utilisation"`
-	WaitUS float64 `json:"credit_wait_us"`
+	WaitUS float64 `json:"credit_wait_us"` // with RoCE the PFC pause time
+	Drops  int64   `json:"drops,omitempty"`
 	Failed bool    `json:"failed,omitempty"`
 }
 
@@ -247,11 +267,15 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 		if o.hier {
 			ew.printf("# hierarchical: ring reduce-scatter in each host, %s across hosts per rail, ring all-gather in each host\n", name)
 		}
-		ew.printf("# %s over %d GPUs, %d channel(s), %s, %v routing, chunk %s, %d slots, %d QP(s)/connection, %d VL(s), buffer %s/VL, seed %d\n",
+		lanes := fmt.Sprintf("%d VL(s), buffer %s/VL", orDefault(p.VLs, packet.Defaults.VLs), units.FormatBytes(int64(orDefault(p.Buffer, packet.Defaults.Buffer))))
+		if p.LinkLayer == packet.LinkRoCE {
+			lanes = fmt.Sprintf("RoCEv2, %d priorities, PFC Xoff %s, congestion control %v", orDefault(p.VLs, packet.Defaults.VLs),
+				units.FormatBytes(int64(orDefault(p.PFCXoff, packet.Defaults.PFCXoff))), p.CC)
+		}
+		ew.printf("# %s over %d GPUs, %d channel(s), %s, %v routing, chunk %s, %d slots, %d QP(s)/connection, %s, seed %d\n",
 			name, ranks, nch, map[bool]string{true: "own NIC", false: "PXN"}[o.localNIC], p.Routing,
 			units.FormatBytes(int64(orDefault(p.Chunk, packet.Defaults.Chunk))), orDefault(p.Slots, packet.Defaults.Slots),
-			orDefault(p.QPsPerConn, packet.Defaults.QPsPerConn), orDefault(p.VLs, packet.Defaults.VLs),
-			units.FormatBytes(int64(orDefault(p.Buffer, packet.Defaults.Buffer))), o.seed)
+			orDefault(p.QPsPerConn, packet.Defaults.QPsPerConn), lanes, o.seed)
 		for _, f := range fails[:linkFails] {
 			ew.printf("# link %s fails at %v\n", g.LinkName(f.Link), f.At)
 		}
@@ -266,7 +290,11 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 		if o.engine == "flow" {
 			ev, evs = "solves", "Msolve/s"
 		}
-		ew.printf("# engine %s\n#\n# %12s %12s %12s %12s %12s %14s %12s %8s %8s\n", o.engine, "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/NIC", "creditwait(us)", ev, "wall(s)", evs)
+		wait := "creditwait(us)"
+		if p.LinkLayer == packet.LinkRoCE {
+			wait = "pause(us)"
+		}
+		ew.printf("# engine %s\n#\n# %12s %12s %12s %12s %12s %14s %12s %8s %8s\n", o.engine, "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/NIC", wait, ev, "wall(s)", evs)
 	}
 	var rows []simRow
 	var lastPorts []packet.PortStat
@@ -337,8 +365,12 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 				if i == o.top {
 					break
 				}
+				w := ps.Wait
+				if p.LinkLayer == packet.LinkRoCE {
+					w = ps.PauseTime
+				}
 				row.Links = append(row.Links, link{Port: ps.Name, Tier: ps.Tier.String(), Bytes: ps.Bytes, Util: ps.Util,
-					WaitUS: float64(ps.Wait) / float64(des.Microsecond), Failed: ps.Failed})
+					WaitUS: float64(w) / float64(des.Microsecond), Drops: ps.Drops, Failed: ps.Failed})
 			}
 			lastPorts = ports
 			rows = append(rows, row)
@@ -365,7 +397,11 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	}
 	if o.top > 0 && len(lastPorts) > 0 {
 		ew.printf("#\n# hottest links (last size; busiest first; utilisation over the whole run)\n")
-		ew.printf("# %-44s %-10s %12s %6s %14s\n", "port -> port", "tier", "bytes", "util", "creditwait(us)")
+		wait := "creditwait(us)"
+		if p.LinkLayer == packet.LinkRoCE {
+			wait = "pause(us)"
+		}
+		ew.printf("# %-44s %-10s %12s %6s %14s\n", "port -> port", "tier", "bytes", "util", wait)
 		for _, l := range rows[len(rows)-1].Links {
 			mark := ""
 			if l.Failed {
@@ -421,6 +457,10 @@ func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.Po
 		row.Name, row.Ranks, row.TimeUS = res.Name, res.Ranks, float64(res.Time)/float64(des.Microsecond)
 		row.AlgBW, row.BusBW = res.AlgBW/1e9, res.BusBW/1e9
 		row.WaitUS, row.MaxBuffer, row.Packets = float64(res.Wait)/float64(des.Microsecond), res.MaxBuffer, res.Packets
+		if cfg.Params.LinkLayer == packet.LinkRoCE {
+			row.WaitUS = float64(res.PauseTime) / float64(des.Microsecond)
+		}
+		row.PauseFrames, row.Drops, row.ECNMarks, row.CNPs, row.Lost = res.PauseFrames, res.Drops, res.ECNMarks, res.CNPs, res.LostPkts
 		row.Events, row.WallS, row.EventsPerS = res.Events, res.Wall.Seconds(), res.EventsPerSec()
 		row.IterUS = []float64{row.TimeUS}
 		return row, res.Ports, nil
@@ -510,10 +550,22 @@ func simParams(o simRunOptions) (packet.Params, error) {
 	if p.Routing, err = packet.ParseRouting(o.routing); err != nil {
 		return p, fmt.Errorf("sim run: --routing: %w", err)
 	}
+	if o.linkLayer != "" {
+		if p.LinkLayer, err = packet.ParseLinkLayer(o.linkLayer); err != nil {
+			return p, fmt.Errorf("sim run: --link-layer: %w", err)
+		}
+	}
+	if o.cc != "" {
+		if p.CC, err = packet.ParseCongestionControl(o.cc); err != nil {
+			return p, fmt.Errorf("sim run: --cc: %w", err)
+		}
+	}
+	p.ECNPmax = o.ecnPmax
 	for _, b := range []struct {
 		flag, v string
 		dst     *int
-	}{{"buffer", o.buffer, &p.Buffer}, {"chunk", o.chunk, &p.Chunk}} {
+	}{{"buffer", o.buffer, &p.Buffer}, {"chunk", o.chunk, &p.Chunk}, {"pfc-xoff", o.pfcXoff, &p.PFCXoff},
+		{"pfc-headroom", o.pfcHeadroom, &p.PFCHeadroom}, {"ecn-kmin", o.ecnKmin, &p.ECNKmin}, {"ecn-kmax", o.ecnKmax, &p.ECNKmax}} {
 		if b.v == "" {
 			continue
 		}

@@ -115,10 +115,8 @@ type Row struct {
 	Wall      time.Duration  `json:"-"`
 }
 
-// RoCEHeaderBytes is RoCEv2's per-packet overhead on the wire: Ethernet
-// 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + FCS 4, plus preamble/SFD 8 and
-// the inter-frame gap 12 (fabric-sim.md §3.1).
-const RoCEHeaderBytes = 82
+// RoCEHeaderBytes is RoCEv2's per-packet overhead on the wire (packet's).
+const RoCEHeaderBytes = packet.RoCEHeaderBytes
 
 // Evaluate builds design d, prices it and simulates the all-reduce.
 func Evaluate(d Design, o Options) (*Row, error) {
@@ -148,7 +146,9 @@ func Evaluate(d Design, o Options) (*Row, error) {
 	}
 	p := o.Params
 	if d.LinkLayer == cost.Ethernet {
-		p.HeaderBytes = RoCEHeaderBytes
+		// RoCEv2 framing (the flow engine reads the link layer's header
+		// bytes; PFC and DCQCN are packet-level).
+		p.LinkLayer = packet.LinkRoCE
 	}
 	ars := o.AllReduces
 	if ars == nil {
