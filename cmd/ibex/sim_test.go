@@ -376,7 +376,7 @@ func TestSimRunFailures(t *testing.T) {
 		}
 	}
 	o = simRunOpts()
-	o.gpus, o.min, o.engine, o.failRandom, o.asJSON = 64, "16M", "flow", 3, true
+	o.gpus, o.min, o.engine, o.failRandom, o.asJSON = 16, "4M", "flow", 3, true
 	out.Reset()
 	if err := runSimRun(&out, io.Discard, superpod1SU, "all_reduce", o); err != nil {
 		t.Fatal(err)
@@ -448,14 +448,14 @@ func TestSimSweep(t *testing.T) {
 
 func TestSimPlan(t *testing.T) {
 	dir := t.TempDir()
-	o := simPlanOptions{gpus: 2048, size: "256M", routing: "dmodk", plotFile: filepath.Join(dir, "plan.png")}
+	o := simPlanOptions{gpus: 1024, size: "64M", routing: "dmodk", plotFile: filepath.Join(dir, "plan.png")}
 	var out bytes.Buffer
 	if err := runSimPlan(&out, o); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
 	t.Log("\n" + got)
-	for _, want := range []string{"# ibex sim plan: 2048 GPUs, 256M all-reduce", "IB NDR rail-optimized", "RoCE 400G 2-tier", "RoCE 400G 3-tier", "ring ms", "hier tree ms", "W/GPU", "$/GPU"} {
+	for _, want := range []string{"# ibex sim plan: 1024 GPUs, 64M all-reduce", "IB NDR rail-optimized", "RoCE 400G 2-tier", "RoCE 400G 3-tier", "ring ms", "hier tree ms", "W/GPU", "$/GPU"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("plan output lacks %q", want)
 		}
