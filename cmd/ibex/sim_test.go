@@ -391,7 +391,7 @@ func TestSimRunFailures(t *testing.T) {
 	}{
 		{func(o *simRunOptions) { o.failSwitch = []string{"spine99@1ms"} }, `no switch "spine99"`},
 		{func(o *simRunOptions) { o.failSwitch = []string{"spine0"} }, "want NAME@TIME"},
-		{func(o *simRunOptions) { o.iters = 2 }, "--iters needs --engine flow"},
+		{func(o *simRunOptions) { o.iters = -1 }, "--iters -1"},
 		{func(o *simRunOptions) { o.engine, o.failRandom = "flow", 100000 }, "100000 random failures"},
 	} {
 		o := simRunOpts()

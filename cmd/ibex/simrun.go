@@ -128,7 +128,7 @@ func newSimRunCmd() *cobra.Command {
 	f.StringVar(&o.ecnKmin, "ecn-kmin", "", "roce: ECN marking starts above this many bytes queued (default 64K)")
 	f.StringVar(&o.ecnKmax, "ecn-kmax", "", "roce: ECN marks every packet above this (default 256K)")
 	f.Float64Var(&o.ecnPmax, "ecn-pmax", 0, "roce: marking probability at ecn-kmax (default 0.2)")
-	f.IntVar(&o.iters, "iters", 1, "run the operation this many times back to back in one simulation (flow engine), reporting each iteration's time when links fail")
+	f.IntVar(&o.iters, "iters", 1, "run the operation this many times back to back in one simulation, reporting each iteration's time when links fail")
 	f.StringArrayVar(&o.failSwitch, "fail-switch", nil, "fail every link of a switch at a simulated time: NAME@TIME (spine3@1ms); repeatable")
 	f.IntVar(&o.failRandom, "fail-random", 0, "fail this many switch-to-switch links, drawn from --seed, at random times within --fail-window")
 	f.DurationVar(&o.failWindow, "fail-window", 0, "window of --fail-random's times (default: the run's time without failures)")
@@ -439,9 +439,6 @@ func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.Po
 		if o.hier {
 			return row, nil, fmt.Errorf("--hier needs --engine flow")
 		}
-		if o.iters > 1 {
-			return row, nil, fmt.Errorf("--iters needs --engine flow")
-		}
 		if trace && o.trace != "" {
 			f, err := os.Create(o.trace)
 			if err != nil {
@@ -450,11 +447,13 @@ func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.Po
 			defer f.Close()
 			cfg.Trace = f
 		}
+		cfg.Iterations = o.iters
 		res, err := packet.Run(cfg)
 		if err != nil {
 			return row, nil, err
 		}
-		row.Name, row.Ranks, row.TimeUS = res.Name, res.Ranks, float64(res.Time)/float64(des.Microsecond)
+		row.Name, row.Ranks = res.Name, res.Ranks
+		row.TimeUS = float64(res.Time) / float64(des.Microsecond) / float64(len(res.Iters))
 		row.AlgBW, row.BusBW = res.AlgBW/1e9, res.BusBW/1e9
 		row.WaitUS, row.MaxBuffer, row.Packets = float64(res.Wait)/float64(des.Microsecond), res.MaxBuffer, res.Packets
 		if cfg.Params.LinkLayer == packet.LinkRoCE {
@@ -462,7 +461,11 @@ func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.Po
 		}
 		row.PauseFrames, row.Drops, row.ECNMarks, row.CNPs, row.Lost = res.PauseFrames, res.Drops, res.ECNMarks, res.CNPs, res.LostPkts
 		row.Events, row.WallS, row.EventsPerS = res.Events, res.Wall.Seconds(), res.EventsPerSec()
-		row.IterUS = []float64{row.TimeUS}
+		var prev des.Time
+		for _, e := range res.Iters {
+			row.IterUS = append(row.IterUS, float64(e-prev)/float64(des.Microsecond))
+			prev = e
+		}
 		return row, res.Ports, nil
 	case "flow":
 		if o.trace != "" {

@@ -64,6 +64,10 @@ type Config struct {
 	LocalNIC bool
 
 	Failures []Failure
+	// Iterations runs the operation this many times (default 1), each rank
+	// starting the next when it has finished the last, as a training loop
+	// calls NCCL; Result.Iters has when each ended.
+	Iterations int
 
 	// Trace, if set, receives a Chrome / Perfetto trace (JSON) of the run:
 	// a span per rank's step, up to TraceLimit spans (default 200,000),
@@ -111,9 +115,10 @@ type Result struct {
 	Name    string // the schedule or pattern
 	Ranks   int
 	Bytes   int64
-	Time    des.Time // until the last rank finished
-	AlgBW   float64  // bytes/s: Bytes / Time
-	BusBW   float64  // bytes/s: AlgBW × nccl-tests' factor
+	Time    des.Time   // until the last rank finished (AlgBW and BusBW are per iteration)
+	Iters   []des.Time // when each iteration's last rank finished it
+	AlgBW   float64    // bytes/s: Bytes / Time
+	BusBW   float64    // bytes/s: AlgBW × nccl-tests' factor
 	Factor  float64
 	Events  uint64
 	Wall    time.Duration
@@ -243,7 +248,10 @@ func build(cfg Config) (*model, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWork(n, s, cfg.Bytes, esize, nch, pl, !cfg.LocalNIC, cfg.Seed)
+	if cfg.Iterations < 0 || cfg.Iterations > 1<<16 {
+		return bad("iterations %d: want 1 to %d (0: 1)", cfg.Iterations, 1<<16)
+	}
+	w, err := newWork(n, s, cfg.Bytes, esize, nch, pl, !cfg.LocalNIC, cfg.Seed, max(cfg.Iterations, 1))
 	if err != nil {
 		return nil, err
 	}
@@ -325,8 +333,9 @@ func (m *model) result(cfg Config, wall time.Duration) *Result {
 	if m.n.roce {
 		res.MaxBuffer = int64(m.n.maxOcc) // bytes
 	}
+	res.Iters = m.w.iterEnd
 	if m.w.end > 0 {
-		res.AlgBW = float64(cfg.Bytes) / m.w.end.Seconds()
+		res.AlgBW = float64(cfg.Bytes) * float64(len(m.w.iterEnd)) / m.w.end.Seconds()
 		res.BusBW = res.AlgBW * res.Factor
 	}
 	if res.Name == "" {

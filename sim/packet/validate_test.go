@@ -222,3 +222,30 @@ func TestPlanes(t *testing.T) {
 		t.Errorf("bytes per plane %v, want equal and not zero", perPlane)
 	}
 }
+
+// TestIterations: back-to-back all-reduces, each rank starting the next
+// when it has finished the last: every iteration takes about as long as
+// one alone (they may overlap a little at the edges).
+func TestIterations(t *testing.T) {
+	g := superpod(t, 1, "NDR")
+	s, _ := algo.Generate(algo.AllReduce, algo.Ring, 64, 0, 1)
+	one, err := Run(Config{Graph: g, Schedule: s, Bytes: 8 << 20, LocalNIC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, err := Run(Config{Graph: g, Schedule: s, Bytes: 8 << 20, LocalNIC: true, Iterations: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(three.Iters) != 3 || three.Iters[2] != three.Time {
+		t.Fatalf("iteration ends %v, time %v", three.Iters, three.Time)
+	}
+	prev := des.Time(0)
+	for i, e := range three.Iters {
+		if d := e - prev; d > one.Time+one.Time/100 || d < one.Time*9/10 {
+			t.Errorf("iteration %d took %v; one alone takes %v", i+1, d, one.Time)
+		}
+		prev = e
+	}
+	t.Logf("one all-reduce %v; three: ends %v", one.Time, three.Iters)
+}

@@ -34,6 +34,8 @@ type work struct {
 
 	left     int // procs not done
 	end      des.Time
+	iters    int32      // times each proc runs its program
+	iterEnd  []des.Time // per iteration: when its last proc finished it
 	stepsRun int64
 	total    int64 // steps of all procs
 
@@ -49,6 +51,7 @@ type proc struct {
 	rank, ch int32
 	gpu      int32
 	step     int32
+	iter     int32
 	pending  int32
 	start    des.Time // of the current step
 	done     des.Time
@@ -98,8 +101,8 @@ const (
 
 // newWork compiles the schedule into compact programs, finds the
 // connections and builds their QPs.
-func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *place.Placement, pxn bool, seed uint64) (*work, error) {
-	w := &work{n: n, sim: n.sim, p: n.p, ranks: s.Ranks, nch: nch}
+func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *place.Placement, pxn bool, seed uint64, iters int) (*work, error) {
+	w := &work{n: n, sim: n.sim, p: n.p, ranks: s.Ranks, nch: nch, iters: int32(iters), iterEnd: make([]des.Time, iters)}
 	n.w = w
 	g := n.g
 	gpn := g.GPUsOnHost()
@@ -136,7 +139,7 @@ func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *place.Pl
 			}
 		}
 		w.steps[r], w.xfers[r] = st, xf
-		w.total += int64(len(st)) * int64(nch)
+		w.total += int64(len(st)) * int64(nch) * int64(iters)
 	}
 	w.pairs = len(pairFrom)
 	w.off = place.SlotOffsets(s, bytes, esize, nch)
@@ -224,6 +227,14 @@ func (w *work) advance(i int32) {
 		p.step++
 		st := w.steps[p.rank]
 		if int(p.step) == len(st) {
+			w.iterEnd[p.iter] = max(w.iterEnd[p.iter], now)
+			if p.iter+1 < w.iters {
+				// The next call: a rank starts it when it has finished this
+				// one, as NCCL's callers do; no barrier between calls.
+				p.iter++
+				p.step = -1
+				continue
+			}
 			p.done = now
 			w.end = max(w.end, now)
 			w.left--
