@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ibex-rdma/ibex/internal/yamlfield"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
 
@@ -25,18 +26,7 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.Field)
-	b.WriteString(": ")
-	if e.Value != "" {
-		b.WriteString(e.Value)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Want)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, " (line %d)", e.Line)
-	}
-	return b.String()
+	return yamlfield.Problem{Field: e.Field, Value: e.Value, Want: e.Want, Line: e.Line}.String()
 }
 
 func (e *FieldError) Unwrap() error { return ErrTable }

@@ -1,18 +1,13 @@
 package topo
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"reflect"
-	"regexp"
-	"strconv"
-	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/ibex-rdma/ibex/internal/yamlfield"
 )
 
 // Spec is a topology as a YAML file declares it. Zero fields take the
@@ -167,18 +162,7 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.Field)
-	b.WriteString(": ")
-	if e.Value != "" {
-		b.WriteString(e.Value)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Want)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, " (line %d)", e.Line)
-	}
-	return b.String()
+	return yamlfield.Problem{Field: e.Field, Value: e.Value, Want: e.Want, Line: e.Line}.String()
 }
 
 func (e *FieldError) Unwrap() error { return ErrSpec }
@@ -209,180 +193,30 @@ func Load(path string) (*Spec, error) {
 // Parse reads a spec from YAML. Unknown fields and values of the wrong type
 // are errors naming the field's path and line.
 func Parse(data []byte) (*Spec, error) {
-	// The node tree maps the decoder's line numbers back to field paths;
-	// parsing it first also reports syntax errors before type errors.
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSpec, err)
-	}
-	if root.Kind == 0 {
+	var s Spec
+	lines, err := specSchema.Decode(data, &s)
+	if errors.Is(err, yamlfield.ErrEmpty) {
 		return nil, fmt.Errorf("%w: empty file: want at least kind: fattree, superpod or explicit", ErrSpec)
 	}
-	idx := indexNodes(&root)
-
-	var s Spec
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	err := dec.Decode(&s)
-	var te *yaml.TypeError
-	switch {
-	case errors.As(err, &te):
-		errs := make([]error, 0, len(te.Errors))
-		for _, msg := range te.Errors {
-			errs = append(errs, idx.explain(msg))
-		}
-		return nil, errors.Join(errs...)
-	case err != nil:
-		return nil, fmt.Errorf("%w: %v", ErrSpec, err)
+	if err != nil {
+		return nil, err
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err != io.EOF {
-		return nil, fmt.Errorf("%w: more than one YAML document; want one spec per file", ErrSpec)
-	}
-	s.lines = make(map[string]int, len(idx))
-	for _, e := range idx {
-		if _, ok := s.lines[e.path]; !ok {
-			s.lines[e.path] = e.line
-		}
-	}
+	s.lines = lines
 	return &s, nil
 }
 
-// yamlEntry is one value of the file: its path, line, the key it is under
-// ("" for a list item) and its node.
-type yamlEntry struct {
-	path string
-	line int
-	key  string
-	val  *yaml.Node
-}
-
-type yamlIndex []yamlEntry
-
-func indexNodes(root *yaml.Node) yamlIndex {
-	var idx yamlIndex
-	var walk func(n *yaml.Node, path string)
-	walk = func(n *yaml.Node, path string) {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, path)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := k.Value
-				if path != "" {
-					p = path + "." + k.Value
-				}
-				idx = append(idx, yamlEntry{path: p, line: k.Line, key: k.Value, val: v})
-				if v.Line != k.Line {
-					idx = append(idx, yamlEntry{path: p, line: v.Line, key: k.Value, val: v})
-				}
-				walk(v, p)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := path + "[" + strconv.Itoa(i) + "]"
-				idx = append(idx, yamlEntry{path: p, line: c.Line, val: c})
-				walk(c, p)
-			}
-		}
-	}
-	walk(root, "")
-	return idx
-}
-
-var (
-	yamlLineRE     = regexp.MustCompile(`^line (\d+): (.*)$`)
-	yamlNotFoundRE = regexp.MustCompile(`^field (\S+) not found in type (\S+)$`)
-	yamlCannotRE   = regexp.MustCompile("^cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
-)
-
-// explain turns one of yaml's "line N: ..." type errors into a FieldError
-// naming the field's path, or returns it as it is if it does not parse.
-func (idx yamlIndex) explain(msg string) error {
-	m := yamlLineRE.FindStringSubmatch(msg)
-	if m == nil {
-		return fmt.Errorf("%w: %s", ErrSpec, msg)
-	}
-	line, _ := strconv.Atoi(m[1])
-	if f := yamlNotFoundRE.FindStringSubmatch(m[2]); f != nil {
-		for _, e := range idx {
-			if e.line == line && e.key == f[1] {
-				return &FieldError{Field: e.path, Want: "unknown field; known fields are " + knownFields(f[2]), Line: line}
-			}
-		}
-	}
-	if c := yamlCannotRE.FindStringSubmatch(m[2]); c != nil {
-		tag, value, into := c[1], c[2], c[3]
-		prefix := strings.TrimSuffix(value, "...")
-		for _, e := range idx {
-			if e.line != line {
-				continue
-			}
-			ok := false
-			switch tag {
-			case "seq":
-				ok = e.val.Kind == yaml.SequenceNode
-			case "map":
-				ok = e.val.Kind == yaml.MappingNode
-			default:
-				ok = e.val.Kind == yaml.ScalarNode && strings.HasPrefix(e.val.Value, prefix)
-			}
-			if ok {
-				v := e.val.Value
-				switch e.val.Kind {
-				case yaml.SequenceNode:
-					v = "a list"
-				case yaml.MappingNode:
-					v = "a mapping"
-				}
-				return &FieldError{Field: e.path, Value: v, Want: "want " + goTypeWords(into), Line: line}
-			}
-		}
-	}
-	return fmt.Errorf("%w: %s", ErrSpec, msg)
-}
-
-// specTypes are the types a spec decodes into, for the list of known fields
-// an unknown-field error gives.
-var specTypes = []reflect.Type{
-	reflect.TypeFor[Spec](), reflect.TypeFor[CableLengths](), reflect.TypeFor[FatTree](),
-	reflect.TypeFor[SuperPOD](), reflect.TypeFor[Explicit](), reflect.TypeFor[ExplicitNode](),
-	reflect.TypeFor[ExplicitLink](),
-}
-
-func knownFields(typeName string) string {
-	for _, t := range specTypes {
-		if t.String() != typeName {
-			continue
-		}
-		var names []string
-		for f := range t.Fields() {
-			if tag := f.Tag.Get("yaml"); tag != "" {
-				names = append(names, tag)
-			}
-		}
-		return strings.Join(names, ", ")
-	}
-	return "those of " + typeName
-}
-
-func goTypeWords(t string) string {
-	switch {
-	case t == "time.Duration":
-		return "a duration such as 250ns"
-	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint"):
-		return "an integer"
-	case strings.HasPrefix(t, "float"):
-		return "a number"
-	case t == "string":
-		return "a string"
-	case strings.HasPrefix(t, "[]"):
-		return "a list"
-	case strings.HasPrefix(t, "topo."):
-		return "a mapping"
-	}
-	return t
+// specSchema is how a spec file decodes and how its errors read.
+var specSchema = yamlfield.Schema{
+	What: "spec",
+	Err:  ErrSpec,
+	Field: func(p yamlfield.Problem) error {
+		return &FieldError{Field: p.Field, Value: p.Value, Want: p.Want, Line: p.Line}
+	},
+	Types: []reflect.Type{
+		reflect.TypeFor[Spec](), reflect.TypeFor[CableLengths](), reflect.TypeFor[FatTree](),
+		reflect.TypeFor[SuperPOD](), reflect.TypeFor[Explicit](), reflect.TypeFor[ExplicitNode](),
+		reflect.TypeFor[ExplicitLink](),
+	},
+	Words:    map[string]string{"time.Duration": "a duration such as 250ns"},
+	Mappings: []string{"topo."},
 }
