@@ -486,20 +486,24 @@ func (n *Net) arrive(id int32, in topo.PortID) {
 	if n.roce && !n.admit(id, pk, in) {
 		return
 	}
-	var out topo.PortID
-	switch n.p.Routing {
-	case RouteDModK:
-		out = n.r.DModK(node, pk.dst)
-	case RouteECMP:
-		out = n.r.ECMP(node, pk.dst, n.qps[pk.qp].hash)
-	default:
-		out = n.r.Adaptive(node, pk.dst, n.load)
-	}
+	out := n.route(node, pk)
 	if out == topo.NoPort || n.ports[out].dead {
 		n.strand(id, pk, node)
 		return
 	}
 	n.enqueue(out, id, pk)
+}
+
+// route is the output port switch node gives packet pk under the run's
+// routing policy, or NoPort.
+func (n *Net) route(node topo.NodeID, pk *packet) topo.PortID {
+	switch n.p.Routing {
+	case RouteDModK:
+		return n.r.DModK(node, pk.dst)
+	case RouteECMP:
+		return n.r.ECMP(node, pk.dst, n.qps[pk.qp].hash)
+	}
+	return n.r.Adaptive(node, pk.dst, n.load)
 }
 
 // strand loses a packet that switch node holds with no route left to its
@@ -712,15 +716,7 @@ func (n *Net) fail(l topo.LinkID) {
 				if n.roce {
 					n.qbytes[int(p)*n.nv+v] -= int64(pk.wire)
 				}
-				var out topo.PortID
-				switch n.p.Routing {
-				case RouteDModK:
-					out = n.r.DModK(node, pk.dst)
-				case RouteECMP:
-					out = n.r.ECMP(node, pk.dst, n.qps[pk.qp].hash)
-				default:
-					out = n.r.Adaptive(node, pk.dst, n.load)
-				}
+				out := n.route(node, pk)
 				if out == topo.NoPort {
 					n.strand(id, pk, node)
 					continue
