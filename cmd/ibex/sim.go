@@ -15,11 +15,14 @@ import (
 func newSimCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",
-		Short: "Fabric simulator: expand and check a topology file (ibex sim topo FILE)",
-		Long: "The fabric simulator plans InfiniBand clusters no one here can build. Its first piece is\n" +
-			"the topology: a YAML file declaring a fat tree, a DGX SuperPOD or an explicit list of\n" +
-			"nodes and links, expanded into hosts, NICs, switches, ports and links. examples/ holds\n" +
-			"ready-made files.",
+		Short: "Fabric simulator: topologies, packet- and flow-level runs, sweeps and cluster plans",
+		Long: "The fabric simulator plans InfiniBand and RoCE clusters no one here can build. A topology is a\n" +
+			"YAML file (a fat tree, a DGX SuperPOD, multi-plane, or an explicit list of nodes and links;\n" +
+			"examples/ holds ready-made ones). `topo` expands and checks it; `run` simulates a collective\n" +
+			"or traffic pattern on it, packet by packet (credit flow control, or RoCE with PFC and DCQCN)\n" +
+			"or at flow level to 100k GPUs; `sweep` runs every combination of topologies, sizes,\n" +
+			"algorithms, routings and seeds; `plan` puts candidate designs' cost and power per GPU beside\n" +
+			"their all-reduce time.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cmd.Help()

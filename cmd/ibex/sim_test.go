@@ -160,7 +160,7 @@ func TestSimHelp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "Usage:") || !strings.Contains(out, "topo ") {
+	if !strings.Contains(out, "Usage:") || !strings.Contains(out, "topo ") || !strings.Contains(out, "plan ") || !strings.Contains(out, "sweep ") || !strings.Contains(out, "run ") {
 		t.Errorf("ibex sim:\n%s", out)
 	}
 	if _, err := run(t, "sim", "topo"); err == nil || !strings.Contains(err.Error(), "accepts 1 arg") {
