@@ -67,7 +67,7 @@ func newSimRunCmd() *cobra.Command {
 	var o simRunOptions
 	cmd := &cobra.Command{
 		Use:   "run TOPOLOGY [COLLECTIVE|PATTERN] [flags]",
-		Short: "Simulate a collective or traffic pattern packet by packet on a topology",
+		Short: "Simulate a collective or traffic pattern on a topology, packet by packet or at flow level",
 		Long: "Run a coll/algo schedule (all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n" +
 			"all_to_all; --algo ring, tree, rhd, rd, direct) or a point-to-point pattern (alltoall,\n" +
 			"incast, permutation: every flow carries the size) over the GPUs of a topology file, at\n" +
