@@ -694,16 +694,7 @@ func TestFailureDownlink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := topo.NoPort
-	for _, ps := range base.Ports {
-		if ps.Tier == topo.LinkLeafSpine && g.Links[g.Ports[ps.Port].Link].B == ps.Port {
-			down = ps.Port
-			break
-		}
-	}
-	if down == topo.NoPort {
-		t.Fatal("no spine sent down")
-	}
+	down := spineDown(t, g, base.Ports)
 	m, queued, at, err := failWhenQueued(t, cfg, down, base.Time/4)
 	if err != nil {
 		t.Fatalf("failing %s at %v with %d packets queued on it: %v", g.LinkName(g.Ports[down].Link), at, queued, err)

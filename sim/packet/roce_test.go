@@ -34,19 +34,7 @@ func TestRoCEAlphaBeta(t *testing.T) {
 	}
 	rt, _ := route.New(g)
 	src, dst := g.NIC(0, 0), g.NIC(32, 0) // host 0 and host 32 (second SU): leaf, spine, leaf
-	ports, err := rt.Path(src, dst, route.PolicyDModK, 0, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var hops []des.Time
-	for _, pt := range ports {
-		l := g.Links[g.Ports[pt].Link]
-		h := des.Time(float64(l.Length) * p.PropNsPerM * float64(des.Nanosecond))
-		if g.Nodes[g.PeerNode(pt)].Kind == topo.KindSwitch {
-			h += des.Time(g.SwitchLatency.Nanoseconds()) * des.Nanosecond
-		}
-		hops = append(hops, h)
-	}
+	hops := pathHops(t, g, rt, p, src, dst)
 	for _, b := range []int64{4096, 100_000, 3<<20 + 7, 16 << 20} {
 		cfg := Config{Graph: g, Schedule: oneSend(), Bytes: b, ElemSize: 1, GPUs: []int32{0, 32 * 8}, Channels: 1, Params: Params{LinkLayer: LinkRoCE}}
 		res, err := Run(cfg)
@@ -430,16 +418,7 @@ func TestRoCEFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := topo.NoPort
-	for _, ps := range base.Ports {
-		if ps.Tier == topo.LinkLeafSpine && g.Links[g.Ports[ps.Port].Link].B == ps.Port && ps.Bytes > 0 {
-			down = ps.Port
-			break
-		}
-	}
-	if down == topo.NoPort {
-		t.Fatal("no spine sent down")
-	}
+	down := spineDown(t, g, base.Ports)
 	m, queued, at, err := failWhenQueued(t, cfg, down, base.Time/4)
 	if err != nil {
 		t.Fatalf("failing %s at %v with %d packets queued on it: %v", g.LinkName(g.Ports[down].Link), at, queued, err)

@@ -54,6 +54,40 @@ func predict(p Params, mtu int, rate float64, b int64, hops []des.Time) des.Time
 	return des.Time(msgs)*p.MsgOverhead + des.Time(float64(wire)*8/rate*float64(des.Second)) + 2*path
 }
 
+// pathHops is the latency of each hop of the D-mod-k path from NIC src
+// to NIC dst: the cable, plus the switch's port-to-port latency where the
+// hop ends at a switch.
+func pathHops(t *testing.T, g *topo.Graph, rt *route.Router, p Params, src, dst topo.NodeID) []des.Time {
+	t.Helper()
+	ports, err := rt.Path(src, dst, route.PolicyDModK, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hops []des.Time
+	for _, pt := range ports {
+		l := g.Links[g.Ports[pt].Link]
+		h := des.Time(float64(l.Length) * p.PropNsPerM * float64(des.Nanosecond))
+		if g.Nodes[g.PeerNode(pt)].Kind == topo.KindSwitch {
+			h += des.Time(g.SwitchLatency.Nanoseconds()) * des.Nanosecond
+		}
+		hops = append(hops, h)
+	}
+	return hops
+}
+
+// spineDown is a spine's port down to a leaf that carried traffic in ports
+// (a run's PortStats); the test fails if there is none.
+func spineDown(t *testing.T, g *topo.Graph, ports []PortStat) topo.PortID {
+	t.Helper()
+	for _, ps := range ports {
+		if ps.Tier == topo.LinkLeafSpine && g.Links[g.Ports[ps.Port].Link].B == ps.Port && ps.Bytes > 0 {
+			return ps.Port
+		}
+	}
+	t.Fatal("no spine sent down")
+	return topo.NoPort
+}
+
 // TestAlphaBeta: on an idle fabric one transfer takes the alpha-beta time
 // (per-hop latency + size / bandwidth), within 2%, for sizes from one
 // packet to many messages, on a path through one switch (same leaf) and
@@ -71,19 +105,7 @@ func TestAlphaBeta(t *testing.T) {
 			{"via spine", []int32{0, 32 * 8}}, // host 0 and host 32 (the second SU)
 		} {
 			src, dst := g.NIC(int(c.gpus[0])/8, 0), g.NIC(int(c.gpus[1])/8, 0)
-			ports, err := rt.Path(src, dst, route.PolicyDModK, 0, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var hops []des.Time
-			for _, pt := range ports {
-				l := g.Links[g.Ports[pt].Link]
-				h := des.Time(float64(l.Length) * p.PropNsPerM * float64(des.Nanosecond))
-				if g.Nodes[g.PeerNode(pt)].Kind == topo.KindSwitch {
-					h += des.Time(g.SwitchLatency.Nanoseconds()) * des.Nanosecond
-				}
-				hops = append(hops, h)
-			}
+			hops := pathHops(t, g, rt, p, src, dst)
 			for _, b := range []int64{4096, 100_000, 512 << 10, 3<<20 + 7, 64 << 20} {
 				res, err := Run(Config{Graph: g, Schedule: oneSend(), Bytes: b, ElemSize: 1, GPUs: c.gpus, Channels: 1})
 				if err != nil {
