@@ -36,6 +36,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/internal/pcap"
 	"github.com/ibex-rdma/ibex/internal/shared"
 	"github.com/ibex-rdma/ibex/rc"
@@ -131,14 +132,14 @@ type frame struct {
 }
 
 func (fr *frame) p() *wire.Packet      { return &fr.f.Packet }
-func (fr *frame) op() wire.Opcode      { return fr.f.Packet.BTH.Opcode }
+func (fr *frame) op() ib.Opcode        { return fr.f.Packet.BTH.Opcode }
 func (fr *frame) src() netip.Addr      { return fr.f.Encap.Src.Addr() }
 func (fr *frame) dst() netip.Addr      { return fr.f.Encap.Dst.Addr() }
-func (fr *frame) isRequest() bool      { return fr.op().Has(wire.MaskRequest) }
-func (fr *frame) isResponse() bool     { return fr.op().Has(wire.MaskResponse) }
+func (fr *frame) isRequest() bool      { return fr.op().Has(ib.MaskRequest) }
+func (fr *frame) isResponse() bool     { return fr.op().Has(ib.MaskResponse) }
 func (fr *frame) String() string       { return fmt.Sprintf("frame %d (%v)", fr.no, fr.p()) }
 func (fr *frame) psn() uint32          { return fr.f.Packet.BTH.PSN }
-func (fr *frame) isReadResponse() bool { return fr.op().Has(wire.MaskRead | wire.MaskResponse) }
+func (fr *frame) isReadResponse() bool { return fr.op().Has(ib.MaskRead | ib.MaskResponse) }
 
 // loadFrames reads and decodes a capture. DecodeFrame verifies the ICRC
 // over the real IP header, so every frame here is as rxe sent it.
@@ -165,7 +166,7 @@ func loadFrames(t *testing.T, name string) []*frame {
 		}
 		udpLen := int(binary.BigEndian.Uint16(b[off+4:]))
 		fr.ib = b[off+8 : off+udpLen]
-		if fr.f.Packet.BTH.Opcode.Transport() != wire.RC {
+		if fr.f.Packet.BTH.Opcode.Transport() != ib.RC {
 			t.Fatalf("%s frame %d: %v is not RC", name, i+1, fr.op())
 		}
 		fs[i] = fr
@@ -251,7 +252,7 @@ func conns(t *testing.T, name string, fs []*frame) []*conn {
 
 func toWire(p *rc.Packet) wire.Packet {
 	wp := wire.Packet{Payload: p.Payload}
-	wp.BTH = wire.BTH{Opcode: wire.Opcode(p.Opcode), SE: p.SE, PKey: 0xffff, DestQP: p.DestQPN, AckReq: p.AckReq, PSN: p.PSN}
+	wp.BTH = wire.BTH{Opcode: ib.Opcode(p.Opcode), SE: p.SE, PKey: 0xffff, DestQP: p.DestQPN, AckReq: p.AckReq, PSN: p.PSN}
 	switch {
 	case rc.HasAtomicETH(p.Opcode):
 		wp.AtomicETH = wire.AtomicETH{VA: p.VA, RKey: p.RKey, SwapAdd: p.SwapAdd, Compare: p.Compare}
@@ -259,7 +260,7 @@ func toWire(p *rc.Packet) wire.Packet {
 		wp.RETH = wire.RETH{VA: p.VA, RKey: p.RKey, DMALen: p.DMALen}
 	}
 	if rc.HasAETH(p.Opcode) {
-		wp.AETH = wire.AETH{Syndrome: wire.Syndrome(p.Syndrome), MSN: p.MSN}
+		wp.AETH = wire.AETH{Syndrome: ib.Syndrome(p.Syndrome), MSN: p.MSN}
 	}
 	wp.AtomicAck = p.Orig
 	wp.Imm = p.Imm
@@ -332,13 +333,13 @@ func compareWire(rxe *frame, ibex *rc.Packet) []string {
 		d("BTH FECN/BECN", [2]bool{wb.FECN, wb.BECN}, [2]bool{gb.FECN, gb.BECN})
 	}
 	m := wb.Opcode.Mask()
-	if m&wire.MaskRETH != 0 && got.RETH != want.RETH {
+	if m&ib.MaskRETH != 0 && got.RETH != want.RETH {
 		d("RETH", fmt.Sprintf("%+v", want.RETH), fmt.Sprintf("%+v", got.RETH))
 	}
-	if m&wire.MaskAtomicETH != 0 && got.AtomicETH != want.AtomicETH {
+	if m&ib.MaskAtomicETH != 0 && got.AtomicETH != want.AtomicETH {
 		d("AtomicETH", fmt.Sprintf("%+v", want.AtomicETH), fmt.Sprintf("%+v", got.AtomicETH))
 	}
-	if m&wire.MaskAETH != 0 {
+	if m&ib.MaskAETH != 0 {
 		if got.AETH.Syndrome != want.AETH.Syndrome {
 			d("AETH syndrome", fmt.Sprintf("%#02x (%v)", uint8(want.AETH.Syndrome), want.AETH.Syndrome),
 				fmt.Sprintf("%#02x (%v)", uint8(got.AETH.Syndrome), got.AETH.Syndrome))
@@ -347,10 +348,10 @@ func compareWire(rxe *frame, ibex *rc.Packet) []string {
 			d("AETH MSN", want.AETH.MSN, got.AETH.MSN)
 		}
 	}
-	if m&wire.MaskAtomicAckETH != 0 && got.AtomicAck != want.AtomicAck {
+	if m&ib.MaskAtomicAckETH != 0 && got.AtomicAck != want.AtomicAck {
 		d("AtomicAckETH original value", fmt.Sprintf("%#x", want.AtomicAck), fmt.Sprintf("%#x", got.AtomicAck))
 	}
-	if m&wire.MaskImmDt != 0 && got.Imm != want.Imm {
+	if m&ib.MaskImmDt != 0 && got.Imm != want.Imm {
 		d("ImmDt", fmt.Sprintf("%#x", want.Imm), fmt.Sprintf("%#x", got.Imm))
 	}
 	if len(got.Payload) != len(want.Payload) {
@@ -628,7 +629,7 @@ func coalescedResponses(c *conn) []*frame {
 			bs = append(bs, &batch{start: fr.no})
 		}
 		n := 1
-		if fr.op() == wire.RCReadRequest {
+		if fr.op() == ib.RCReadRequest {
 			n = max(1, (int(fr.p().RETH.DMALen)+c.ci.mtu-1)/c.ci.mtu)
 		}
 		b := bs[len(bs)-1]
@@ -641,7 +642,7 @@ func coalescedResponses(c *conn) []*frame {
 				break
 			}
 			for _, rg := range b.ranges {
-				if d := wire.PSNDiff(r.psn(), rg[0]); d >= 0 && uint32(d) < rg[1] {
+				if d := ib.PSNDiff(r.psn(), rg[0]); d >= 0 && uint32(d) < rg[1] {
 					owner = b
 				}
 			}
@@ -652,7 +653,7 @@ func coalescedResponses(c *conn) []*frame {
 		owner.resps = append(owner.resps, r)
 	}
 	var out []*frame
-	isACK := func(f *frame) bool { return f.op() == wire.RCAck && f.p().AETH.Syndrome.IsACK() }
+	isACK := func(f *frame) bool { return f.op() == ib.RCAck && f.p().AETH.Syndrome.IsACK() }
 	for _, b := range bs {
 		for i, r := range b.resps {
 			if isACK(r) && i+1 < len(b.resps) && isACK(b.resps[i+1]) {
@@ -674,9 +675,9 @@ func runResponder(t *testing.T, c *conn, batched bool) {
 	} else {
 		for _, fr := range c.reqs {
 			switch {
-			case fr.op().Has(wire.MaskRETH):
+			case fr.op().Has(ib.MaskRETH):
 				h.rkeys[fr.p().RETH.RKey] = true
-			case fr.op().Has(wire.MaskAtomicETH):
+			case fr.op().Has(ib.MaskAtomicETH):
 				h.rkeys[fr.p().AtomicETH.RKey] = true
 			}
 		}
@@ -688,7 +689,7 @@ func runResponder(t *testing.T, c *conn, batched bool) {
 	}
 	var rnrTimer uint8
 	for _, fr := range c.resps {
-		if s := fr.p().AETH.Syndrome; fr.op() == wire.RCAck && s.IsRNR() {
+		if s := fr.p().AETH.Syndrome; fr.op() == ib.RCAck && s.IsRNR() {
 			rnrTimer = s.Value()
 			break
 		}
@@ -712,13 +713,13 @@ func runResponder(t *testing.T, c *conn, batched bool) {
 		}
 		now += 1000
 		switch {
-		case fr.op() == wire.RCReadRequest && ci.vec == nil:
+		case fr.op() == ib.RCReadRequest && ci.vec == nil:
 			// perftest's buffer content is unknown: serve what rxe served.
 			preloadRead(t, c, fr, &h.mem)
-		case fr.op().Has(wire.MaskAtomicETH):
+		case fr.op().Has(ib.MaskAtomicETH):
 			va := fr.p().AtomicETH.VA
 			if !h.atomics[va] {
-				r := findResp(c, fr.psn(), wire.RCAtomicAck)
+				r := findResp(c, fr.psn(), ib.RCAtomicAck)
 				if r == nil {
 					t.Fatalf("%v: no atomic ACK in the capture", fr)
 				}
@@ -793,7 +794,7 @@ func preloadRead(t *testing.T, c *conn, fr *frame, mem *memory) {
 		if !r.isReadResponse() {
 			continue
 		}
-		if i := wire.PSNDiff(r.psn(), fr.psn()); i >= 0 && int(i) < n {
+		if i := ib.PSNDiff(r.psn(), fr.psn()); i >= 0 && int(i) < n {
 			mem.write(rq.VA+uint64(i)*uint64(c.ci.mtu), r.p().Payload)
 			found++
 		}
@@ -803,7 +804,7 @@ func preloadRead(t *testing.T, c *conn, fr *frame, mem *memory) {
 	}
 }
 
-func findResp(c *conn, psn uint32, op wire.Opcode) *frame {
+func findResp(c *conn, psn uint32, op ib.Opcode) *frame {
 	for _, r := range c.resps {
 		if r.psn() == psn && r.op() == op {
 			return r
@@ -974,25 +975,25 @@ func recoverWRs(t *testing.T, c *conn) []wr {
 		p := fr.p()
 		op := p.BTH.Opcode
 		m := op.Mask()
-		if m&wire.MaskFirst != 0 {
+		if m&ib.MaskFirst != 0 {
 			if cur != nil {
 				t.Fatalf("%v: a new message before the last one ended", fr)
 			}
 			wrs = append(wrs, wr{Request: rc.Request{ID: uint64(len(wrs))}})
 			cur = &wrs[len(wrs)-1]
 			switch {
-			case m&wire.MaskSend != 0:
+			case m&ib.MaskSend != 0:
 				cur.Op = rc.OpSend
-			case m&wire.MaskWrite != 0:
+			case m&ib.MaskWrite != 0:
 				cur.Op = rc.OpWrite
 				cur.RemoteAddr, cur.RKey, cur.Len = p.RETH.VA, p.RETH.RKey, p.RETH.DMALen
-			case op == wire.RCReadRequest:
+			case op == ib.RCReadRequest:
 				cur.Op = rc.OpRead
 				cur.RemoteAddr, cur.RKey, cur.Len = p.RETH.VA, p.RETH.RKey, p.RETH.DMALen
-			case op == wire.RCCompareSwap:
+			case op == ib.RCCompareSwap:
 				cur.Op, cur.Len = rc.OpCmpSwap, 8
 				cur.RemoteAddr, cur.RKey, cur.CompareAdd, cur.Swap = p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.Compare, p.AtomicETH.SwapAdd
-			case op == wire.RCFetchAdd:
+			case op == ib.RCFetchAdd:
 				cur.Op, cur.Len = rc.OpFetchAdd, 8
 				cur.RemoteAddr, cur.RKey, cur.CompareAdd = p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.SwapAdd
 			}
@@ -1000,7 +1001,7 @@ func recoverWRs(t *testing.T, c *conn) []wr {
 			t.Fatalf("%v: continues no message", fr)
 		}
 		cur.data = append(cur.data, p.Payload...)
-		if m&wire.MaskImmDt != 0 {
+		if m&ib.MaskImmDt != 0 {
 			cur.Imm = p.Imm
 			if cur.Op == rc.OpSend {
 				cur.Op = rc.OpSendImm
@@ -1008,7 +1009,7 @@ func recoverWRs(t *testing.T, c *conn) []wr {
 				cur.Op = rc.OpWriteImm
 			}
 		}
-		if m&wire.MaskLast != 0 || op == wire.RCReadRequest || m&wire.MaskAtomicETH != 0 {
+		if m&ib.MaskLast != 0 || op == ib.RCReadRequest || m&ib.MaskAtomicETH != 0 {
 			if cur.Op == rc.OpSend || cur.Op == rc.OpSendImm {
 				cur.Len = uint32(len(cur.data))
 			} else if (cur.Op == rc.OpWrite || cur.Op == rc.OpWriteImm) && int(cur.Len) != len(cur.data) {
@@ -1079,7 +1080,7 @@ func runRequester(t *testing.T, c *conn) {
 		if fr.isResponse() {
 			p := fromWire(fr.p())
 			e.Receive(now, &p)
-			if s := fr.p().AETH.Syndrome; fr.op() == wire.RCAck && s.IsRNR() {
+			if s := fr.p().AETH.Syndrome; fr.op() == ib.RCAck && s.IsRNR() {
 				rnrAt, rnrCode = now, s.Value()
 			}
 			continue
@@ -1090,7 +1091,7 @@ func runRequester(t *testing.T, c *conn) {
 			if rnrAt == 0 {
 				t.Fatalf("before %v: ibex waits on a timer with no RNR NAK received", fr)
 			}
-			if w, want := e.Deadline()-rnrAt, wire.RNRTimeout(rnrCode).Nanoseconds(); w != want {
+			if w, want := e.Deadline()-rnrAt, ib.RNRTimeout(rnrCode).Nanoseconds(); w != want {
 				t.Errorf("before %v: ibex waits %d ns after the RNR NAK with timer %d, want %d", fr, w, rnrCode, want)
 			}
 			now = e.Deadline()
@@ -1180,7 +1181,7 @@ func readData(c *conn, psn, n uint32) []byte {
 	var out []byte
 	for i := range max(1, (int(n)+c.ci.mtu-1)/c.ci.mtu) {
 		for _, r := range c.resps {
-			if r.isReadResponse() && r.psn() == wire.PSNAdd(psn, i) {
+			if r.isReadResponse() && r.psn() == ib.PSNAdd(psn, i) {
 				out = append(out, r.p().Payload...)
 				break
 			}
@@ -1191,7 +1192,7 @@ func readData(c *conn, psn, n uint32) []byte {
 
 // atomicOrig is the original value rxe returned to the atomic at PSN psn.
 func atomicOrig(c *conn, psn uint32) uint64 {
-	if r := findResp(c, psn, wire.RCAtomicAck); r != nil {
+	if r := findResp(c, psn, ib.RCAtomicAck); r != nil {
 		return r.p().AtomicAck
 	}
 	return 0

@@ -205,7 +205,7 @@ func (qp *QP) CompleteSend(ssn uint64, st WCStatus, byteLen uint32, cause error)
 		return
 	}
 	w := qp.sq.at(0)
-	wc := WC{WRID: w.id, Status: st, Opcode: w.op.wcOpcode(), ByteLen: byteLen, QPNum: qp.num}
+	wc := WC{WRID: w.id, Status: st, Opcode: wcOpcodeOf(w.op), ByteLen: byteLen, QPNum: qp.num}
 	signaled := w.signaled
 	id, op := w.id, w.op
 	qp.sq.pop()

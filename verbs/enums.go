@@ -2,42 +2,7 @@ package verbs
 
 import (
 	"fmt"
-	"strings"
 )
-
-// Access is a set of memory-region and QP access rights (ibv_access_flags).
-type Access uint32
-
-// Access rights. Remote write and remote atomic require local write, as in
-// libibverbs.
-const (
-	AccessLocalWrite   Access = 1 << 0
-	AccessRemoteWrite  Access = 1 << 1
-	AccessRemoteRead   Access = 1 << 2
-	AccessRemoteAtomic Access = 1 << 3
-
-	accessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
-)
-
-func (a Access) String() string {
-	if a == 0 {
-		return "none"
-	}
-	var parts []string
-	names := []struct {
-		f Access
-		n string
-	}{{AccessLocalWrite, "LOCAL_WRITE"}, {AccessRemoteWrite, "REMOTE_WRITE"}, {AccessRemoteRead, "REMOTE_READ"}, {AccessRemoteAtomic, "REMOTE_ATOMIC"}}
-	for _, n := range names {
-		if a&n.f != 0 {
-			parts = append(parts, n.n)
-		}
-	}
-	if rest := a &^ accessAll; rest != 0 {
-		parts = append(parts, fmt.Sprintf("%#x", uint32(rest)))
-	}
-	return strings.Join(parts, "|")
-}
 
 // MTU is an InfiniBand path MTU code (ibv_mtu): 1 = 256 bytes ... 5 = 4096.
 type MTU uint8
@@ -113,46 +78,8 @@ func (s QPState) String() string {
 	return fmt.Sprintf("QPState(%d)", uint8(s))
 }
 
-// Opcode is a send work-request opcode (ibv_wr_opcode).
-type Opcode uint8
-
-// Send work-request opcodes, numbered as in libibverbs.
-const (
-	WRRDMAWrite         Opcode = 0
-	WRRDMAWriteWithImm  Opcode = 1
-	WRSend              Opcode = 2
-	WRSendWithImm       Opcode = 3
-	WRRDMARead          Opcode = 4
-	WRAtomicCmpAndSwp   Opcode = 5
-	WRAtomicFetchAndAdd Opcode = 6
-)
-
-func (o Opcode) String() string {
-	switch o {
-	case WRRDMAWrite:
-		return "RDMA_WRITE"
-	case WRRDMAWriteWithImm:
-		return "RDMA_WRITE_WITH_IMM"
-	case WRSend:
-		return "SEND"
-	case WRSendWithImm:
-		return "SEND_WITH_IMM"
-	case WRRDMARead:
-		return "RDMA_READ"
-	case WRAtomicCmpAndSwp:
-		return "ATOMIC_CMP_AND_SWP"
-	case WRAtomicFetchAndAdd:
-		return "ATOMIC_FETCH_AND_ADD"
-	}
-	return fmt.Sprintf("Opcode(%d)", uint8(o))
-}
-
-func (o Opcode) valid() bool    { return o <= WRAtomicFetchAndAdd }
-func (o Opcode) isAtomic() bool { return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAndAdd }
-func (o Opcode) hasImm() bool   { return o == WRSendWithImm || o == WRRDMAWriteWithImm }
-
-// wcOpcode is the completion opcode a requester reports for o.
-func (o Opcode) wcOpcode() WCOpcode {
+// wcOpcodeOf is the completion opcode a requester reports for o.
+func wcOpcodeOf(o Opcode) WCOpcode {
 	switch o {
 	case WRRDMAWrite, WRRDMAWriteWithImm:
 		return WCRDMAWrite
@@ -165,68 +92,6 @@ func (o Opcode) wcOpcode() WCOpcode {
 	default:
 		return WCFetchAdd
 	}
-}
-
-// SendFlags modify a send work request (ibv_send_flags).
-type SendFlags uint8
-
-// Send flags.
-const (
-	// SendFence waits for every earlier RDMA READ and atomic on the QP to
-	// complete before this request starts.
-	SendFence SendFlags = 1 << 0
-	// SendSignaled asks for a completion on success (errors always complete).
-	SendSignaled SendFlags = 1 << 1
-	// SendSolicited sets the solicited-event bit for the receiver.
-	SendSolicited SendFlags = 1 << 2
-	// SendInline copies the payload at post time; the SGEs need no lkey and
-	// the buffers may be reused as soon as PostSend returns.
-	SendInline SendFlags = 1 << 3
-)
-
-// WCStatus is a completion status (ibv_wc_status), numbered as in libibverbs.
-type WCStatus uint8
-
-// Completion statuses.
-const (
-	WCSuccess        WCStatus = 0
-	WCLocLenErr      WCStatus = 1
-	WCLocQPOpErr     WCStatus = 2
-	WCLocEECOpErr    WCStatus = 3
-	WCLocProtErr     WCStatus = 4
-	WCWRFlushErr     WCStatus = 5
-	WCMWBindErr      WCStatus = 6
-	WCBadRespErr     WCStatus = 7
-	WCLocAccessErr   WCStatus = 8
-	WCRemInvReqErr   WCStatus = 9
-	WCRemAccessErr   WCStatus = 10
-	WCRemOpErr       WCStatus = 11
-	WCRetryExcErr    WCStatus = 12
-	WCRNRRetryExcErr WCStatus = 13
-	WCLocRDDViolErr  WCStatus = 14
-	WCRemInvRDReqErr WCStatus = 15
-	WCRemAbortErr    WCStatus = 16
-	WCInvEECNErr     WCStatus = 17
-	WCInvEECStateErr WCStatus = 18
-	WCFatalErr       WCStatus = 19
-	WCRespTimeoutErr WCStatus = 20
-	WCGeneralErr     WCStatus = 21
-)
-
-var wcStatusNames = [...]string{
-	"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
-	"WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR",
-	"REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR",
-	"REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR",
-	"RESP_TIMEOUT_ERR", "GENERAL_ERR",
-}
-
-// String gives the libibverbs enum suffix, e.g. "REM_ACCESS_ERR".
-func (s WCStatus) String() string {
-	if int(s) < len(wcStatusNames) {
-		return wcStatusNames[s]
-	}
-	return fmt.Sprintf("WCStatus(%d)", uint8(s))
 }
 
 // WCOpcode says what a completion completed (ibv_wc_opcode).

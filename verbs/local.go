@@ -89,10 +89,10 @@ func respond(w *SendWQE, req, resp *QP) (Outcome, respFail) {
 	if need != 0 && acc&need == 0 {
 		return invReq("%v: the QP's access flags (%v) lack %v", op, acc, need)
 	}
-	if (op == WRRDMARead || op.isAtomic()) && maxDest == 0 {
+	if (op == WRRDMARead || op.IsAtomic()) && maxDest == 0 {
 		return invReq("%v: max_dest_rd_atomic is 0", op)
 	}
-	if op.isAtomic() && w.raddr&7 != 0 {
+	if op.IsAtomic() && w.raddr&7 != 0 {
 		return invReq("%v: remote address %#x is not 8-byte aligned", op, w.raddr)
 	}
 	if needRecv && r == nil {
@@ -199,7 +199,7 @@ func (resp *QP) completeRecv(r *RecvWQE, status WCStatus, w *SendWQE, req *QP) b
 	if w.op == WRRDMAWriteWithImm {
 		wc.Opcode = WCRecvRDMAWithImm
 	}
-	if w.op.hasImm() {
+	if w.op.HasImm() {
 		wc.Flags, wc.Imm = WCWithImm, w.imm
 	}
 	resp.mu.Lock()

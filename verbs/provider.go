@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"time"
 )
 
 // Provider is a family of devices (loopback, shm, udp, ...). Providers
@@ -110,28 +109,4 @@ func Devices() []DeviceName {
 		}
 	}
 	return out
-}
-
-// rnrDelay is the IB RNR NAK timer table (5-bit code → wait).
-var rnrDelay = [32]time.Duration{
-	655360 * time.Microsecond, 10 * time.Microsecond, 20 * time.Microsecond, 30 * time.Microsecond,
-	40 * time.Microsecond, 60 * time.Microsecond, 80 * time.Microsecond, 120 * time.Microsecond,
-	160 * time.Microsecond, 240 * time.Microsecond, 320 * time.Microsecond, 480 * time.Microsecond,
-	640 * time.Microsecond, 960 * time.Microsecond, 1280 * time.Microsecond, 1920 * time.Microsecond,
-	2560 * time.Microsecond, 3840 * time.Microsecond, 5120 * time.Microsecond, 7680 * time.Microsecond,
-	10240 * time.Microsecond, 15360 * time.Microsecond, 20480 * time.Microsecond, 30720 * time.Microsecond,
-	40960 * time.Microsecond, 61440 * time.Microsecond, 81920 * time.Microsecond, 122880 * time.Microsecond,
-	163840 * time.Microsecond, 245760 * time.Microsecond, 327680 * time.Microsecond, 491520 * time.Microsecond,
-}
-
-// RNRDelay returns the wait an RNR NAK timer code asks for.
-func RNRDelay(code uint8) time.Duration { return rnrDelay[code&31] }
-
-// AckTimeout returns the local ACK timeout for a QP timeout attribute:
-// 4.096 µs × 2^timeout; 0 means wait forever and returns 0.
-func AckTimeout(timeout uint8) time.Duration {
-	if timeout == 0 {
-		return 0
-	}
-	return time.Duration(4096<<min(timeout, 31)) * time.Nanosecond
 }

@@ -241,19 +241,19 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 }
 
 func (qp *QP) fillSend(w *SendWQE, wr *SendWR) error {
-	if !wr.Opcode.valid() {
+	if !wr.Opcode.Valid() {
 		return errorf(ErrInvalidArgument, "opcode %d unknown", uint8(wr.Opcode))
 	}
 	if wr.Flags&^(SendFence|SendSignaled|SendSolicited|SendInline) != 0 {
 		return errorf(ErrInvalidArgument, "send_flags %#x unknown", uint8(wr.Flags))
 	}
 	op := wr.Opcode
-	if (op == WRRDMARead || op.isAtomic()) && qp.attr.MaxQPRdAtomic == 0 {
+	if (op == WRRDMARead || op.IsAtomic()) && qp.attr.MaxQPRdAtomic == 0 {
 		return errorf(ErrInvalidArgument, "%v: max_rd_atomic is 0, so the QP may not issue READ or atomics", op)
 	}
 	if wr.Flags&SendInline != 0 {
 		switch {
-		case op == WRRDMARead || op.isAtomic():
+		case op == WRRDMARead || op.IsAtomic():
 			return errorf(ErrInvalidArgument, "%v cannot be inline", op)
 		case len(wr.SGL) != 0:
 			return errorf(ErrInvalidArgument, "inline request has %d SGEs: inline payload goes in SendWR.Inline", len(wr.SGL))
@@ -272,7 +272,7 @@ func (qp *QP) fillSend(w *SendWQE, wr *SendWR) error {
 		}
 		w.length = n
 	}
-	if op.isAtomic() && (len(w.sge) != 1 || w.length != 8) {
+	if op.IsAtomic() && (len(w.sge) != 1 || w.length != 8) {
 		return errorf(ErrInvalidArgument, "%v needs exactly one 8-byte SGE, got %d SGEs with %d bytes", op, len(w.sge), w.length)
 	}
 	if w.length > qp.ctx.attr.MaxMsgSize {
@@ -390,7 +390,7 @@ func (qp *QP) progressLocked() {
 		epoch := qp.epoch
 		// A READ or atomic queued before max_rd_atomic was lowered to 0
 		// (SQD→SQD) cannot be issued: a local QP operation error.
-		rdAtomicOff := (w.op == WRRDMARead || w.op.isAtomic()) && qp.attr.MaxQPRdAtomic == 0
+		rdAtomicOff := (w.op == WRRDMARead || w.op.IsAtomic()) && qp.attr.MaxQPRdAtomic == 0
 		qp.mu.Unlock()
 
 		var out Outcome
@@ -432,7 +432,7 @@ func (qp *QP) progressLocked() {
 			}
 			continue
 		}
-		wc := WC{WRID: w.id, Status: out.Status, Opcode: w.op.wcOpcode(), ByteLen: out.ByteLen, QPNum: qp.num}
+		wc := WC{WRID: w.id, Status: out.Status, Opcode: wcOpcodeOf(w.op), ByteLen: out.ByteLen, QPNum: qp.num}
 		qp.sq.pop()
 		qp.ctr.sends.Add(1)
 		if out.Status != WCSuccess {
@@ -477,7 +477,7 @@ func (qp *QP) flushSQLocked() {
 	qp.sq.issued = 0
 	for qp.sq.n > 0 {
 		w := qp.sq.at(0)
-		wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: w.op.wcOpcode(), QPNum: qp.num}
+		wc := WC{WRID: w.id, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.op), QPNum: qp.num}
 		qp.sq.pop()
 		qp.ctr.sends.Add(1)
 		qp.sendCQ.push(&wc)

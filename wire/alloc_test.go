@@ -5,20 +5,21 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
 // sample returns an encoded frame and its IB part for a SEND Only of n
 // payload bytes (an ACK when n < 0), over IPv4 or IPv6, optionally tagged.
-func sample(tb testing.TB, n int, v6, tagged bool) (frame, ib []byte, f wire.Frame, pre wire.ICRCPrefix) {
+func sample(tb testing.TB, n int, v6, tagged bool) (frame, ibb []byte, f wire.Frame, pre wire.ICRCPrefix) {
 	tb.Helper()
 	e := v4Encap
 	if v6 {
 		e = v6Encap
 	}
-	p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PKey: 0xffff, DestQP: 0x12, PSN: 0x123456, AckReq: true}}
+	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCSendOnly, PKey: 0xffff, DestQP: 0x12, PSN: 0x123456, AckReq: true}}
 	if n < 0 {
-		p = wire.Packet{BTH: wire.BTH{Opcode: wire.RCAck, PKey: 0xffff, DestQP: 0x12, PSN: 0x123456}, AETH: wire.AETH{Syndrome: wire.SynACK, MSN: 1}}
+		p = wire.Packet{BTH: wire.BTH{Opcode: ib.RCAck, PKey: 0xffff, DestQP: 0x12, PSN: 0x123456}, AETH: wire.AETH{Syndrome: ib.SynACK, MSN: 1}}
 	} else {
 		p.Payload = make([]byte, n)
 	}
@@ -30,16 +31,16 @@ func sample(tb testing.TB, n int, v6, tagged bool) (frame, ib []byte, f wire.Fra
 	if pre, err = wire.NewICRCPrefix(&e); err != nil {
 		tb.Fatal(err)
 	}
-	ib, err = wire.AppendIB(nil, &p, &pre)
+	ibb, err = wire.AppendIB(nil, &p, &pre)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return frame, ib, f, pre
+	return frame, ibb, f, pre
 }
 
 // TestZeroAllocs checks that the data path allocates nothing.
 func TestZeroAllocs(t *testing.T) {
-	frame4, ib, f4, pre := sample(t, 1024, false, false)
+	frame4, ibb, f4, pre := sample(t, 1024, false, false)
 	frame6, _, f6, _ := sample(t, 1027, true, true)
 	guess := v4Encap
 	guess.ID = 0
@@ -51,7 +52,7 @@ func TestZeroAllocs(t *testing.T) {
 	var p wire.Packet
 	var fr wire.Frame
 	for name, fn := range map[string]func(){
-		"DecodeIB":         func() { must(t, wire.DecodeIB(ib, &p)) },
+		"DecodeIB":         func() { must(t, wire.DecodeIB(ibb, &p)) },
 		"DecodeFrame IPv4": func() { must(t, wire.DecodeFrame(frame4, &fr)) },
 		"DecodeFrame IPv6": func() { must(t, wire.DecodeFrame(frame6, &fr)) },
 		"DecodeIP":         func() { must(t, wire.DecodeIP(frame4[14:], &fr)) },
@@ -64,8 +65,8 @@ func TestZeroAllocs(t *testing.T) {
 		"AppendFrame IPv6": func() { _, err := wire.AppendFrame(buf[:0], &f6); must(t, err) },
 		"NewICRCPrefix":    func() { _, err := wire.NewICRCPrefix(&v6Encap); must(t, err) },
 		"ICRC":             func() { _, err := wire.ICRC(frame4[14:]); must(t, err) },
-		"Check":            func() { must(t, pre.Check(ib)) },
-		"CheckAnyID":       func() { _, err := gp.CheckAnyID(ib); must(t, err) },
+		"Check":            func() { must(t, pre.Check(ibb)) },
+		"CheckAnyID":       func() { _, err := gp.CheckAnyID(ibb); must(t, err) },
 	} {
 		if n := testing.AllocsPerRun(100, fn); n != 0 {
 			t.Errorf("%s: %v allocations per call, want 0", name, n)
@@ -90,12 +91,12 @@ func sizeName(n int) string {
 
 func BenchmarkDecodeIB(b *testing.B) {
 	for _, n := range sizes {
-		_, ib, _, _ := sample(b, n, false, false)
+		_, ibb, _, _ := sample(b, n, false, false)
 		b.Run(sizeName(n), func(b *testing.B) {
-			b.SetBytes(int64(len(ib)))
+			b.SetBytes(int64(len(ibb)))
 			var p wire.Packet
 			for b.Loop() {
-				if err := wire.DecodeIB(ib, &p); err != nil {
+				if err := wire.DecodeIB(ibb, &p); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -124,10 +125,10 @@ func BenchmarkDecodeFrame(b *testing.B) {
 // BenchmarkAppendIB includes the ICRC.
 func BenchmarkAppendIB(b *testing.B) {
 	for _, n := range sizes {
-		_, ib, f, pre := sample(b, n, false, false)
+		_, ibb, f, pre := sample(b, n, false, false)
 		b.Run(sizeName(n), func(b *testing.B) {
-			b.SetBytes(int64(len(ib)))
-			buf := make([]byte, 0, len(ib))
+			b.SetBytes(int64(len(ibb)))
+			buf := make([]byte, 0, len(ibb))
 			p := f.Packet
 			for b.Loop() {
 				if _, err := wire.AppendIB(buf, &p, &pre); err != nil {
@@ -157,7 +158,7 @@ func BenchmarkAppendFrame(b *testing.B) {
 // crc32.ChecksumIEEE over the same IB bytes (the floor).
 func BenchmarkICRC(b *testing.B) {
 	for _, n := range sizes {
-		frame, ib, _, pre := sample(b, n, false, false)
+		frame, ibb, _, pre := sample(b, n, false, false)
 		guess := v4Encap
 		guess.ID++ // force CheckAnyID to solve for the ID
 		gp, _ := wire.NewICRCPrefix(&guess)
@@ -165,13 +166,13 @@ func BenchmarkICRC(b *testing.B) {
 			name string
 			fn   func() error
 		}{
-			{"crc32-floor", func() error { crc32.ChecksumIEEE(ib[:len(ib)-4]); return nil }},
-			{"Check", func() error { return pre.Check(ib) }},
-			{"CheckAnyID-solve", func() error { _, err := gp.CheckAnyID(ib); return err }},
+			{"crc32-floor", func() error { crc32.ChecksumIEEE(ibb[:len(ibb)-4]); return nil }},
+			{"Check", func() error { return pre.Check(ibb) }},
+			{"CheckAnyID-solve", func() error { _, err := gp.CheckAnyID(ibb); return err }},
 			{"ICRC-ip", func() error { _, err := wire.ICRC(frame[14:]); return err }},
 		} {
 			b.Run(bm.name+"/"+sizeName(n), func(b *testing.B) {
-				b.SetBytes(int64(len(ib)))
+				b.SetBytes(int64(len(ibb)))
 				for b.Loop() {
 					if err := bm.fn(); err != nil {
 						b.Fatal(err)

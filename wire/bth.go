@@ -1,6 +1,9 @@
 package wire
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"github.com/ibex-rdma/ibex/ib"
+)
 
 // BTH is the Base Transport Header (IBA 9.2), 12 bytes, big-endian:
 //
@@ -15,7 +18,7 @@ import "encoding/binary"
 // TVer is always 0: Decode rejects anything else, as rxe does. Reserved
 // bits are ignored on decode and sent as 0.
 type BTH struct {
-	Opcode Opcode
+	Opcode ib.Opcode
 	SE     bool   // solicited event
 	MigReq bool   // rxe sends 0; some hardware sends 1, so accept either
 	PadCnt uint8  // 0–3 pad bytes after the payload; AppendIB computes it
@@ -41,11 +44,11 @@ const (
 // Decode reads a BTH from b. It checks the length, the version and that the
 // opcode is known.
 func (h *BTH) Decode(b []byte) error {
-	if len(b) < BTHLen {
-		return truncated("bth", len(b), BTHLen)
+	if len(b) < ib.BTHLen {
+		return truncated("bth", len(b), ib.BTHLen)
 	}
-	b = b[:BTHLen]
-	op := Opcode(b[0])
+	b = b[:ib.BTHLen]
+	op := ib.Opcode(b[0])
 	if !op.Valid() {
 		return errf("bth", ErrBadOpcode, "opcode %#02x unknown", uint64(op))
 	}
@@ -73,7 +76,7 @@ func (h *BTH) Append(b []byte) ([]byte, error) {
 	if err := h.check(); err != nil {
 		return b, err
 	}
-	b, out := grow(b, BTHLen)
+	b, out := grow(b, ib.BTHLen)
 	h.put(out)
 	return b, nil
 }
@@ -93,7 +96,7 @@ func (h *BTH) check() error {
 
 // put writes the BTH into b[:BTHLen]; the fields must have passed check.
 func (h *BTH) put(b []byte) {
-	b = b[:BTHLen]
+	b = b[:ib.BTHLen]
 	b[0] = byte(h.Opcode)
 	b[1] = h.PadCnt<<4 | flag(h.SE, bthSE) | flag(h.MigReq, bthMigReq)
 	binary.BigEndian.PutUint16(b[2:], h.PKey)

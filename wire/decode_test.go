@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
 // ibPacket builds an IB packet by hand: a BTH with opcode op and byte 1
 // b1, rest bytes after it, and a zero ICRC.
-func ibPacket(op wire.Opcode, b1 byte, rest int) []byte {
+func ibPacket(op ib.Opcode, b1 byte, rest int) []byte {
 	b := make([]byte, 12+rest+4)
 	b[0], b[1] = byte(op), b1
 	return b
@@ -32,18 +33,18 @@ func TestDecodeIBErrors(t *testing.T) {
 		{"unknown opcode", ibPacket(0x1f, 0, 0), wire.ErrBadOpcode, "bth: opcode 0x1f unknown"},
 		{"reserved RC opcode", ibPacket(0x15, 0, 0), wire.ErrBadOpcode, "bth: opcode 0x15 unknown"},
 		{"CNP", ibPacket(0x81, 0, 16), wire.ErrBadOpcode, "bth: opcode 0x81 unknown"},
-		{"version", ibPacket(wire.RCSendOnly, 1, 0), wire.ErrBadVersion, "bth: transport version 1, want 0"},
-		{"length", ibPacket(wire.RCSendOnly, 0, 1), wire.ErrBadLength, "ib: packet length 17 not a multiple of 4"},
-		{"reth", ibPacket(wire.RCWriteOnly, 0, 8), wire.ErrTruncated, "reth: truncated: 8 bytes, need 16"},
-		{"atomiceth", ibPacket(wire.RCFetchAdd, 0, 24), wire.ErrTruncated, "atomiceth: truncated: 24 bytes, need 28"},
-		{"aeth", ibPacket(wire.RCAck, 0, 0), wire.ErrTruncated, "aeth: truncated: 0 bytes, need 4"},
-		{"atomicacketh", ibPacket(wire.RCAtomicAck, 0, 8), wire.ErrTruncated, "atomicacketh: truncated: 4 bytes, need 8"},
-		{"immdt", ibPacket(wire.RCSendOnlyImm, 0, 0), wire.ErrTruncated, "immdt: truncated: 0 bytes, need 4"},
-		{"ieth", ibPacket(wire.RCSendOnlyInvalidate, 0, 0), wire.ErrTruncated, "ieth: truncated: 0 bytes, need 4"},
-		{"deth", ibPacket(wire.UDSendOnly, 0, 4), wire.ErrTruncated, "deth: truncated: 4 bytes, need 8"},
-		{"payload on ACK", ibPacket(wire.RCAck, 0, 8), wire.ErrBadLength, "ib: opcode 0x11 carries no payload, got 4 bytes"},
-		{"pad on ACK", ibPacket(wire.RCAck, 0x10, 4), wire.ErrBadPad, "bth: pad count 1 on opcode 0x11, which carries no payload"},
-		{"pad beyond payload", ibPacket(wire.RCSendOnly, 0x30, 0), wire.ErrBadPad, "bth: pad count 3 exceeds the 0 bytes after the headers"},
+		{"version", ibPacket(ib.RCSendOnly, 1, 0), wire.ErrBadVersion, "bth: transport version 1, want 0"},
+		{"length", ibPacket(ib.RCSendOnly, 0, 1), wire.ErrBadLength, "ib: packet length 17 not a multiple of 4"},
+		{"reth", ibPacket(ib.RCWriteOnly, 0, 8), wire.ErrTruncated, "reth: truncated: 8 bytes, need 16"},
+		{"atomiceth", ibPacket(ib.RCFetchAdd, 0, 24), wire.ErrTruncated, "atomiceth: truncated: 24 bytes, need 28"},
+		{"aeth", ibPacket(ib.RCAck, 0, 0), wire.ErrTruncated, "aeth: truncated: 0 bytes, need 4"},
+		{"atomicacketh", ibPacket(ib.RCAtomicAck, 0, 8), wire.ErrTruncated, "atomicacketh: truncated: 4 bytes, need 8"},
+		{"immdt", ibPacket(ib.RCSendOnlyImm, 0, 0), wire.ErrTruncated, "immdt: truncated: 0 bytes, need 4"},
+		{"ieth", ibPacket(ib.RCSendOnlyInvalidate, 0, 0), wire.ErrTruncated, "ieth: truncated: 0 bytes, need 4"},
+		{"deth", ibPacket(ib.UDSendOnly, 0, 4), wire.ErrTruncated, "deth: truncated: 4 bytes, need 8"},
+		{"payload on ACK", ibPacket(ib.RCAck, 0, 8), wire.ErrBadLength, "ib: opcode 0x11 carries no payload, got 4 bytes"},
+		{"pad on ACK", ibPacket(ib.RCAck, 0x10, 4), wire.ErrBadPad, "bth: pad count 1 on opcode 0x11, which carries no payload"},
+		{"pad beyond payload", ibPacket(ib.RCSendOnly, 0x30, 0), wire.ErrBadPad, "bth: pad count 3 exceeds the 0 bytes after the headers"},
 	} {
 		var p wire.Packet
 		err := wire.DecodeIB(tc.b, &p)
@@ -54,17 +55,17 @@ func TestDecodeIBErrors(t *testing.T) {
 	}
 	// The good cases around those edges.
 	var p wire.Packet
-	for _, b := range [][]byte{ibPacket(wire.RCSendOnly, 0x30, 4), ibPacket(wire.RCSendOnly, 0, 0), ibPacket(wire.RCAck, 0, 4)} {
+	for _, b := range [][]byte{ibPacket(ib.RCSendOnly, 0x30, 4), ibPacket(ib.RCSendOnly, 0, 0), ibPacket(ib.RCAck, 0, 4)} {
 		if err := wire.DecodeIB(b, &p); err != nil {
 			t.Errorf("%x: %v", b, err)
 		}
 	}
-	if err := wire.DecodeIB(ibPacket(wire.RCSendOnly, 0x30, 4), &p); err != nil || len(p.Payload) != 1 || cap(p.Payload) != 1 {
+	if err := wire.DecodeIB(ibPacket(ib.RCSendOnly, 0x30, 4), &p); err != nil || len(p.Payload) != 1 || cap(p.Payload) != 1 {
 		t.Errorf("pad 3 of 4 bytes: %v, payload %d bytes (cap %d), want 1 (cap 1)", err, len(p.Payload), cap(p.Payload))
 	}
 	// Decode resets fields the new opcode does not carry.
 	p = wire.Packet{RETH: wire.RETH{VA: 1}, Imm: 2, AtomicAck: 3}
-	if err := wire.DecodeIB(ibPacket(wire.RCSendMiddle, 0, 4), &p); err != nil || p.RETH.VA != 0 || p.Imm != 0 || p.AtomicAck != 0 {
+	if err := wire.DecodeIB(ibPacket(ib.RCSendMiddle, 0, 4), &p); err != nil || p.RETH.VA != 0 || p.Imm != 0 || p.AtomicAck != 0 {
 		t.Errorf("stale fields after decode: %+v, %v", p, err)
 	}
 }
@@ -74,7 +75,7 @@ func TestAppendIBErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := wire.Packet{BTH: wire.BTH{Opcode: wire.RCAck}}
+	base := wire.Packet{BTH: wire.BTH{Opcode: ib.RCAck}}
 	for _, tc := range []struct {
 		name string
 		mod  func(*wire.Packet)
@@ -85,8 +86,8 @@ func TestAppendIBErrors(t *testing.T) {
 		{"destqp", func(p *wire.Packet) { p.BTH.DestQP = 1 << 24 }, "bth: destination QP 0x1000000 exceeds 24 bits"},
 		{"psn", func(p *wire.Packet) { p.BTH.PSN = 1 << 24 }, "bth: psn 0x1000000 exceeds 24 bits"},
 		{"msn", func(p *wire.Packet) { p.AETH.MSN = 1 << 24 }, "aeth: msn 0x1000000 exceeds 24 bits"},
-		{"srcqp", func(p *wire.Packet) { p.BTH.Opcode, p.DETH.SrcQP = wire.UDSendOnly, 1<<24 }, "deth: source QP 0x1000000 exceeds 24 bits"},
-		{"size", func(p *wire.Packet) { p.BTH.Opcode, p.Payload = wire.RCSendOnly, make([]byte, wire.MaxIBLen) }, "ib: packet of 65520 bytes exceeds 65504"},
+		{"srcqp", func(p *wire.Packet) { p.BTH.Opcode, p.DETH.SrcQP = ib.UDSendOnly, 1<<24 }, "deth: source QP 0x1000000 exceeds 24 bits"},
+		{"size", func(p *wire.Packet) { p.BTH.Opcode, p.Payload = ib.RCSendOnly, make([]byte, wire.MaxIBLen) }, "ib: packet of 65520 bytes exceeds 65504"},
 	} {
 		p := base
 		tc.mod(&p)
@@ -104,14 +105,14 @@ func TestAppendIBErrors(t *testing.T) {
 		}
 	}
 	// The largest packet fits.
-	p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly}, Payload: make([]byte, wire.MaxIBLen-16)}
+	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCSendOnly}, Payload: make([]byte, wire.MaxIBLen-16)}
 	if b, err := wire.AppendIB(nil, &p, &pre); err != nil || len(b) != wire.MaxIBLen {
 		t.Errorf("largest packet: %d bytes, %v", len(b), err)
 	}
 }
 
 func TestHeaders(t *testing.T) {
-	bth := wire.BTH{Opcode: wire.RCWriteOnly, SE: true, MigReq: true, PadCnt: 2, PKey: 0x8001, FECN: true, BECN: true, DestQP: 0xabcdef, AckReq: true, PSN: 0x123456}
+	bth := wire.BTH{Opcode: ib.RCWriteOnly, SE: true, MigReq: true, PadCnt: 2, PKey: 0x8001, FECN: true, BECN: true, DestQP: 0xabcdef, AckReq: true, PSN: 0x123456}
 	b, err := bth.Append([]byte{0xee})
 	if want := "ee0ae08001c0abcdef80123456"; err != nil || hexs(b) != want {
 		t.Errorf("BTH.Append = %x, %v; want %s", b, err, want)
@@ -121,7 +122,7 @@ func TestHeaders(t *testing.T) {
 		t.Errorf("BTH.Decode = %+v, %v", bth2, err)
 	}
 	for _, bad := range []wire.BTH{{DestQP: 1 << 24}, {PSN: 1 << 24}, {PadCnt: 4}} {
-		bad.Opcode = wire.RCSendOnly
+		bad.Opcode = ib.RCSendOnly
 		if _, err := bad.Append(nil); !errors.Is(err, wire.ErrBadField) {
 			t.Errorf("BTH.Append(%+v) = %v", bad, err)
 		}
@@ -138,7 +139,7 @@ func TestHeaders(t *testing.T) {
 	} else if a2 := (wire.AtomicETH{}); a2.Decode(b) != nil || a2 != at {
 		t.Errorf("AtomicETH.Decode = %+v", a2)
 	}
-	ae := wire.AETH{Syndrome: wire.SynRNR(27), MSN: 0x010203}
+	ae := wire.AETH{Syndrome: ib.SynRNR(27), MSN: 0x010203}
 	if b, err := ae.Append(nil); err != nil || hexs(b) != "3b010203" {
 		t.Errorf("AETH.Append = %x, %v", b, err)
 	} else if a2 := (wire.AETH{}); a2.Decode(b) != nil || a2 != ae {
@@ -161,7 +162,7 @@ func TestHeaders(t *testing.T) {
 		t.Errorf("DETH with reserved bits: %+v", d2)
 	}
 	var h wire.BTH
-	if err := h.Decode([]byte{4, 0, 0xff, 0xff, 0x3f, 0, 0, 1, 0x7f, 0, 0, 2}); err != nil || h != (wire.BTH{Opcode: wire.RCSendOnly, PKey: 0xffff, DestQP: 1, PSN: 2}) {
+	if err := h.Decode([]byte{4, 0, 0xff, 0xff, 0x3f, 0, 0, 1, 0x7f, 0, 0, 2}); err != nil || h != (wire.BTH{Opcode: ib.RCSendOnly, PKey: 0xffff, DestQP: 1, PSN: 2}) {
 		t.Errorf("BTH with reserved bits: %+v, %v", h, err)
 	}
 	for name, dec := range map[string]func([]byte) error{
@@ -185,20 +186,20 @@ func hexs(b []byte) string {
 
 func TestSyndrome(t *testing.T) {
 	for _, tc := range []struct {
-		s             wire.Syndrome
+		s             ib.Syndrome
 		ack, rnr, nak bool
 		value         uint8
 		str           string
 	}{
-		{wire.SynACK, true, false, false, 31, "ACK (credits invalid)"},
+		{ib.SynACK, true, false, false, 31, "ACK (credits invalid)"},
 		{0x05, true, false, false, 5, "ACK (credit code 5)"},
-		{wire.SynRNR(14), false, true, false, 14, "RNR NAK (timer 14: 1.28ms)"},
-		{wire.SynRNR(0), false, true, false, 0, "RNR NAK (timer 0: 655.36ms)"},
-		{wire.SynNAKPSNSeq, false, false, true, 0, "NAK (PSN sequence error)"},
-		{wire.SynNAKInvalidRequest, false, false, true, 1, "NAK (invalid request)"},
-		{wire.SynNAKRemoteAccess, false, false, true, 2, "NAK (remote access error)"},
-		{wire.SynNAKRemoteOp, false, false, true, 3, "NAK (remote operational error)"},
-		{wire.SynNAKInvalidRD, false, false, true, 4, "NAK (invalid RD request)"},
+		{ib.SynRNR(14), false, true, false, 14, "RNR NAK (timer 14: 1.28ms)"},
+		{ib.SynRNR(0), false, true, false, 0, "RNR NAK (timer 0: 655.36ms)"},
+		{ib.SynNAKPSNSeq, false, false, true, 0, "NAK (PSN sequence error)"},
+		{ib.SynNAKInvalidRequest, false, false, true, 1, "NAK (invalid request)"},
+		{ib.SynNAKRemoteAccess, false, false, true, 2, "NAK (remote access error)"},
+		{ib.SynNAKRemoteOp, false, false, true, 3, "NAK (remote operational error)"},
+		{ib.SynNAKInvalidRD, false, false, true, 4, "NAK (invalid RD request)"},
 		{0x65, false, false, true, 5, "NAK (reserved code 5)"},
 		{0x40, false, false, false, 0, "syndrome 0x40 (reserved kind)"},
 		{0x9f, true, false, false, 31, "syndrome 0x9f (reserved bit set)"},
@@ -209,7 +210,7 @@ func TestSyndrome(t *testing.T) {
 		}
 	}
 	for code, want := range map[uint8]time.Duration{0: 655360 * time.Microsecond, 1: 10 * time.Microsecond, 14: 1280 * time.Microsecond, 27: 122880 * time.Microsecond, 31: 491520 * time.Microsecond, 32 + 1: 10 * time.Microsecond} {
-		if got := wire.RNRTimeout(code); got != want {
+		if got := ib.RNRTimeout(code); got != want {
 			t.Errorf("RNRTimeout(%d) = %v, want %v", code, got, want)
 		}
 	}
@@ -221,7 +222,7 @@ func TestPSN(t *testing.T) {
 		n    int
 		want uint32
 	}{{0xffffff, 1, 0}, {0, -1, 0xffffff}, {5, 3, 8}, {0x800000, 0x800000, 0}, {0x123456, -0x123457, 0xffffff}} {
-		if got := wire.PSNAdd(tc.a, tc.n); got != tc.want {
+		if got := ib.PSNAdd(tc.a, tc.n); got != tc.want {
 			t.Errorf("PSNAdd(%#x, %d) = %#x, want %#x", tc.a, tc.n, got, tc.want)
 		}
 	}
@@ -233,13 +234,13 @@ func TestPSN(t *testing.T) {
 		{1, 0, 1, 1}, {0, 1, -1, -1}, {0, 0xffffff, 1, 1}, {0xffffff, 0, -1, -1}, {7, 7, 0, 0},
 		{0x7fffff, 0, 0x7fffff, 1}, {0x800000, 0, -0x800000, -1}, {0, 0x800001, 0x7fffff, 1},
 	} {
-		if d, c := wire.PSNDiff(tc.a, tc.b), wire.PSNCompare(tc.a, tc.b); d != tc.d || c != tc.c {
+		if d, c := ib.PSNDiff(tc.a, tc.b), ib.PSNCompare(tc.a, tc.b); d != tc.d || c != tc.c {
 			t.Errorf("PSNDiff(%#x, %#x) = %d, PSNCompare = %d; want %d, %d", tc.a, tc.b, d, c, tc.d, tc.c)
 		}
 	}
 	for a := uint32(0); a < 1<<24; a += 0x10001 {
 		for _, n := range []int{0, 1, -1, 1<<23 - 1, -(1 << 23), 12345, -54321} {
-			if d := wire.PSNDiff(wire.PSNAdd(a, n), a); int(d) != n {
+			if d := ib.PSNDiff(ib.PSNAdd(a, n), a); int(d) != n {
 				t.Fatalf("PSNDiff(PSNAdd(%#x, %d), %#x) = %d", a, n, a, d)
 			}
 		}
@@ -278,7 +279,7 @@ func TestPacketString(t *testing.T) {
 	if got := p.String(); got != want {
 		t.Errorf("\n got %s\nwant %s", got, want)
 	}
-	a := wire.Packet{BTH: wire.BTH{Opcode: wire.RCAtomicAck, PKey: 0xffff, DestQP: 1, PSN: 2}, AETH: wire.AETH{Syndrome: wire.SynACK, MSN: 3}, AtomicAck: 41}
+	a := wire.Packet{BTH: wire.BTH{Opcode: ib.RCAtomicAck, PKey: 0xffff, DestQP: 1, PSN: 2}, AETH: wire.AETH{Syndrome: ib.SynACK, MSN: 3}, AtomicAck: 41}
 	if got := a.String(); got != "RC ATOMIC Acknowledge QP=0x000001 PSN=0x000002 AETH(ACK (credits invalid) MSN=3) orig=0x29" {
 		t.Errorf("got %s", got)
 	}

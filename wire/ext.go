@@ -1,6 +1,9 @@
 package wire
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"github.com/ibex-rdma/ibex/ib"
+)
 
 // The extension headers with more than one field. The one-field headers
 // (ImmDt, IETH, AtomicAckETH) are plain integers in Packet.
@@ -15,8 +18,8 @@ type RETH struct {
 
 // Decode reads a RETH from b.
 func (h *RETH) Decode(b []byte) error {
-	if len(b) < RETHLen {
-		return truncated("reth", len(b), RETHLen)
+	if len(b) < ib.RETHLen {
+		return truncated("reth", len(b), ib.RETHLen)
 	}
 	h.VA = binary.BigEndian.Uint64(b)
 	h.RKey = binary.BigEndian.Uint32(b[8:])
@@ -26,13 +29,13 @@ func (h *RETH) Decode(b []byte) error {
 
 // Append appends the 16-byte RETH to b.
 func (h *RETH) Append(b []byte) []byte {
-	b, out := grow(b, RETHLen)
+	b, out := grow(b, ib.RETHLen)
 	h.put(out)
 	return b
 }
 
 func (h *RETH) put(b []byte) {
-	b = b[:RETHLen]
+	b = b[:ib.RETHLen]
 	binary.BigEndian.PutUint64(b, h.VA)
 	binary.BigEndian.PutUint32(b[8:], h.RKey)
 	binary.BigEndian.PutUint32(b[12:], h.DMALen)
@@ -49,8 +52,8 @@ type AtomicETH struct {
 
 // Decode reads an AtomicETH from b.
 func (h *AtomicETH) Decode(b []byte) error {
-	if len(b) < AtomicETHLen {
-		return truncated("atomiceth", len(b), AtomicETHLen)
+	if len(b) < ib.AtomicETHLen {
+		return truncated("atomiceth", len(b), ib.AtomicETHLen)
 	}
 	h.VA = binary.BigEndian.Uint64(b)
 	h.RKey = binary.BigEndian.Uint32(b[8:])
@@ -61,13 +64,13 @@ func (h *AtomicETH) Decode(b []byte) error {
 
 // Append appends the 28-byte AtomicETH to b.
 func (h *AtomicETH) Append(b []byte) []byte {
-	b, out := grow(b, AtomicETHLen)
+	b, out := grow(b, ib.AtomicETHLen)
 	h.put(out)
 	return b
 }
 
 func (h *AtomicETH) put(b []byte) {
-	b = b[:AtomicETHLen]
+	b = b[:ib.AtomicETHLen]
 	binary.BigEndian.PutUint64(b, h.VA)
 	binary.BigEndian.PutUint32(b[8:], h.RKey)
 	binary.BigEndian.PutUint64(b[12:], h.SwapAdd)
@@ -83,8 +86,8 @@ type DETH struct {
 
 // Decode reads a DETH from b.
 func (h *DETH) Decode(b []byte) error {
-	if len(b) < DETHLen {
-		return truncated("deth", len(b), DETHLen)
+	if len(b) < ib.DETHLen {
+		return truncated("deth", len(b), ib.DETHLen)
 	}
 	h.QKey = binary.BigEndian.Uint32(b)
 	h.SrcQP = binary.BigEndian.Uint32(b[4:]) & mask24
@@ -96,13 +99,13 @@ func (h *DETH) Append(b []byte) ([]byte, error) {
 	if h.SrcQP > mask24 {
 		return b, errf("deth", ErrBadField, "source QP %#x exceeds 24 bits", uint64(h.SrcQP))
 	}
-	b, out := grow(b, DETHLen)
+	b, out := grow(b, ib.DETHLen)
 	h.put(out)
 	return b, nil
 }
 
 func (h *DETH) put(b []byte) {
-	b = b[:DETHLen]
+	b = b[:ib.DETHLen]
 	binary.BigEndian.PutUint32(b, h.QKey)
 	binary.BigEndian.PutUint32(b[4:], h.SrcQP)
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"github.com/ibex-rdma/ibex/ib"
 	"net/netip"
 )
 
@@ -177,6 +178,6 @@ func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	}
 	binary.BigEndian.PutUint16(udp[6:], f.Encap.UDPChecksum)
 	f.Packet.ICRC = icrcIP(fr[ethLen:], ipLen)
-	binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCLen:], f.Packet.ICRC)
+	binary.LittleEndian.PutUint32(pkt[len(pkt)-ib.ICRCLen:], f.Packet.ICRC)
 	return dst, nil
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/internal/pcap"
 	"github.com/ibex-rdma/ibex/internal/shared"
 	"github.com/ibex-rdma/ibex/wire"
@@ -41,10 +42,10 @@ func FuzzDecode(f *testing.F) {
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for op := range 256 {
-		if !wire.Opcode(op).Valid() {
+		if !ib.Opcode(op).Valid() {
 			continue
 		}
-		fr := wire.Frame{Encap: randomEncap(rng, op%2 == 1), Packet: randomPacket(rng, wire.Opcode(op), 64), Tagged: op%3 == 0}
+		fr := wire.Frame{Encap: randomEncap(rng, op%2 == 1), Packet: randomPacket(rng, ib.Opcode(op), 64), Tagged: op%3 == 0}
 		b, err := wire.AppendFrame(nil, &fr)
 		if err != nil {
 			f.Fatal(err)
@@ -115,13 +116,13 @@ func checkAccepted(t *testing.T, b []byte, fr *wire.Frame) {
 		t.Fatalf("re-encoded frame longer (%d) than the input (%d)", len(out), len(b))
 	}
 	norm := append([]byte{}, b[:len(out)]...)
-	ib := ibOf(t, norm)
-	ib[4] &= 0xc0 // BTH FECN, BECN kept; resv6a ignored
-	ib[8] &= 0x80 // AckReq kept; resv7 ignored
-	if fr.Packet.BTH.Opcode.Has(wire.MaskDETH) {
-		ib[12+4] = 0
+	ibb := ibOf(t, norm)
+	ibb[4] &= 0xc0 // BTH FECN, BECN kept; resv6a ignored
+	ibb[8] &= 0x80 // AckReq kept; resv7 ignored
+	if fr.Packet.BTH.Opcode.Has(ib.MaskDETH) {
+		ibb[12+4] = 0
 	}
-	clear(ib[len(ib)-4-int(fr.Packet.BTH.PadCnt) : len(ib)-4])
+	clear(ibb[len(ibb)-4-int(fr.Packet.BTH.PadCnt) : len(ibb)-4])
 	fixFrame(norm)
 	if !bytes.Equal(out, norm) {
 		t.Fatalf("re-encoded frame differs:\n got %x\nwant %x", out, norm)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -23,9 +24,9 @@ type exp struct {
 	data []byte
 }
 
-func rcPkt(from netip.Addr, op wire.Opcode, qpn, psn uint32, ack bool, n int) exp {
+func rcPkt(from netip.Addr, op ib.Opcode, qpn, psn uint32, ack bool, n int) exp {
 	return exp{from: from, n: n, p: wire.Packet{BTH: wire.BTH{
-		Opcode: op, PKey: 0xffff, DestQP: qpn, PSN: psn & wire.PSNMask, AckReq: ack, PadCnt: uint8(-n & 3),
+		Opcode: op, PKey: 0xffff, DestQP: qpn, PSN: psn & ib.PSNMask, AckReq: ack, PadCnt: uint8(-n & 3),
 	}}}
 }
 
@@ -34,7 +35,7 @@ func (e exp) reth(va uint64, rkey, length uint32) exp {
 	return e
 }
 
-func (e exp) aeth(syn wire.Syndrome, msn uint32) exp {
+func (e exp) aeth(syn ib.Syndrome, msn uint32) exp {
 	e.p.AETH = wire.AETH{Syndrome: syn, MSN: msn}
 	return e
 }
@@ -53,7 +54,7 @@ func (e exp) deth(qkey, srcQP uint32) exp { e.p.DETH = wire.DETH{QKey: qkey, Src
 func (e exp) payload(b []byte) exp { e.data = b; e.n = len(b); return e }
 
 func ack(from netip.Addr, qpn, psn, msn uint32) exp {
-	return rcPkt(from, wire.RCAck, qpn, psn, false, 0).aeth(wire.SynACK, msn)
+	return rcPkt(from, ib.RCAck, qpn, psn, false, 0).aeth(ib.SynACK, msn)
 }
 
 // expect compares, for each sender in want, the frames it sent with its
@@ -107,8 +108,8 @@ func compare(t *testing.T, got []*wire.Frame, want []exp) {
 }
 
 // count returns how many frames carry each opcode.
-func count(fs []wire.Frame) map[wire.Opcode]int {
-	m := map[wire.Opcode]int{}
+func count(fs []wire.Frame) map[ib.Opcode]int {
+	m := map[ib.Opcode]int{}
 	for i := range fs {
 		m[fs[i].Packet.BTH.Opcode]++
 	}
@@ -140,7 +141,7 @@ func vectorsSequence(client, server netip.Addr, qpn, rkey uint32, va uint64) []e
 	psn := uint32(psn0)
 	var w []exp
 	msn := uint32(0)
-	req := func(op wire.Opcode, ack bool, k, off, n int) exp {
+	req := func(op ib.Opcode, ack bool, k, off, n int) exp {
 		e := rcPkt(client, op, qpn, psn, ack, n).payload(rxeVectorsPayload(k, off, n))
 		psn++
 		return e
@@ -150,54 +151,54 @@ func vectorsSequence(client, server netip.Addr, qpn, rkey uint32, va uint64) []e
 		w = append(w, ack(server, qpn, psn-1, msn))
 	}
 	// 1 SEND 32, 2 SEND_WITH_IMM 32
-	w = append(w, req(wire.RCSendOnly, true, 1, 0, 32))
+	w = append(w, req(ib.RCSendOnly, true, 1, 0, 32))
 	acked()
-	w = append(w, req(wire.RCSendOnlyImm, true, 2, 0, 32).imm(0x11223344))
+	w = append(w, req(ib.RCSendOnlyImm, true, 2, 0, 32).imm(0x11223344))
 	acked()
 	// 3 SEND 3000, 4 SEND_WITH_IMM 3000: 1024 + 1024 + 952
-	w = append(w, req(wire.RCSendFirst, false, 3, 0, 1024), req(wire.RCSendMiddle, false, 3, 1024, 1024), req(wire.RCSendLast, true, 3, 2048, 952))
+	w = append(w, req(ib.RCSendFirst, false, 3, 0, 1024), req(ib.RCSendMiddle, false, 3, 1024, 1024), req(ib.RCSendLast, true, 3, 2048, 952))
 	acked()
-	w = append(w, req(wire.RCSendFirst, false, 4, 0, 1024), req(wire.RCSendMiddle, false, 4, 1024, 1024), req(wire.RCSendLastImm, true, 4, 2048, 952).imm(0x55667788))
+	w = append(w, req(ib.RCSendFirst, false, 4, 0, 1024), req(ib.RCSendMiddle, false, 4, 1024, 1024), req(ib.RCSendLastImm, true, 4, 2048, 952).imm(0x55667788))
 	acked()
 	// 5 WRITE 32 at 0x8000, 6 WRITE 3000 at 0x9000
-	w = append(w, req(wire.RCWriteOnly, true, 5, 0, 32).reth(va+0x8000, rkey, 32))
+	w = append(w, req(ib.RCWriteOnly, true, 5, 0, 32).reth(va+0x8000, rkey, 32))
 	acked()
-	w = append(w, req(wire.RCWriteFirst, false, 6, 0, 1024).reth(va+0x9000, rkey, 3000), req(wire.RCWriteMiddle, false, 6, 1024, 1024), req(wire.RCWriteLast, true, 6, 2048, 952))
+	w = append(w, req(ib.RCWriteFirst, false, 6, 0, 1024).reth(va+0x9000, rkey, 3000), req(ib.RCWriteMiddle, false, 6, 1024, 1024), req(ib.RCWriteLast, true, 6, 2048, 952))
 	acked()
 	// 7 WRITE_WITH_IMM 32 at 0xA000, 8 WRITE_WITH_IMM 3000 at 0xB000
-	w = append(w, req(wire.RCWriteOnlyImm, true, 7, 0, 32).reth(va+0xa000, rkey, 32).imm(0xaabbccdd))
+	w = append(w, req(ib.RCWriteOnlyImm, true, 7, 0, 32).reth(va+0xa000, rkey, 32).imm(0xaabbccdd))
 	acked()
-	w = append(w, req(wire.RCWriteFirst, false, 8, 0, 1024).reth(va+0xb000, rkey, 3000), req(wire.RCWriteMiddle, false, 8, 1024, 1024), req(wire.RCWriteLastImm, true, 8, 2048, 952).imm(0xdeadbeef))
+	w = append(w, req(ib.RCWriteFirst, false, 8, 0, 1024).reth(va+0xb000, rkey, 3000), req(ib.RCWriteMiddle, false, 8, 1024, 1024), req(ib.RCWriteLastImm, true, 8, 2048, 952).imm(0xdeadbeef))
 	acked()
 	// 9 READ 32 at 0xC000: one PSN; the response repeats it.
-	w = append(w, rcPkt(client, wire.RCReadRequest, qpn, psn, true, 0).reth(va+0xc000, rkey, 32))
+	w = append(w, rcPkt(client, ib.RCReadRequest, qpn, psn, true, 0).reth(va+0xc000, rkey, 32))
 	msn++
-	w = append(w, rcPkt(server, wire.RCReadResponseOnly, qpn, psn, false, 32).aeth(wire.SynACK, msn).payload(rxeVectorsRead(0xc000, 32)))
+	w = append(w, rcPkt(server, ib.RCReadResponseOnly, qpn, psn, false, 32).aeth(ib.SynACK, msn).payload(rxeVectorsRead(0xc000, 32)))
 	psn++
 	// 10 READ 3000 at 0xD000: three PSNs; First and Last carry the AETH, same MSN.
-	w = append(w, rcPkt(client, wire.RCReadRequest, qpn, psn, true, 0).reth(va+0xd000, rkey, 3000))
+	w = append(w, rcPkt(client, ib.RCReadRequest, qpn, psn, true, 0).reth(va+0xd000, rkey, 3000))
 	msn++
 	w = append(w,
-		rcPkt(server, wire.RCReadResponseFirst, qpn, psn, false, 1024).aeth(wire.SynACK, msn).payload(rxeVectorsRead(0xd000, 1024)),
-		rcPkt(server, wire.RCReadResponseMiddle, qpn, psn+1, false, 1024).payload(rxeVectorsRead(0xd000+1024, 1024)),
-		rcPkt(server, wire.RCReadResponseLast, qpn, psn+2, false, 952).aeth(wire.SynACK, msn).payload(rxeVectorsRead(0xd000+2048, 952)))
+		rcPkt(server, ib.RCReadResponseFirst, qpn, psn, false, 1024).aeth(ib.SynACK, msn).payload(rxeVectorsRead(0xd000, 1024)),
+		rcPkt(server, ib.RCReadResponseMiddle, qpn, psn+1, false, 1024).payload(rxeVectorsRead(0xd000+1024, 1024)),
+		rcPkt(server, ib.RCReadResponseLast, qpn, psn+2, false, 952).aeth(ib.SynACK, msn).payload(rxeVectorsRead(0xd000+2048, 952)))
 	psn += 3
 	// 11 CMP_AND_SWP, 12 FETCH_AND_ADD at 0xF000.
 	const ones, twos = 0x1111111111111111, 0x2222222222222222
-	w = append(w, rcPkt(client, wire.RCCompareSwap, qpn, psn, true, 0).atomic(va+0xf000, rkey, twos, ones))
+	w = append(w, rcPkt(client, ib.RCCompareSwap, qpn, psn, true, 0).atomic(va+0xf000, rkey, twos, ones))
 	msn++
-	w = append(w, rcPkt(server, wire.RCAtomicAck, qpn, psn, false, 0).aeth(wire.SynACK, msn).orig(ones))
+	w = append(w, rcPkt(server, ib.RCAtomicAck, qpn, psn, false, 0).aeth(ib.SynACK, msn).orig(ones))
 	psn++
-	w = append(w, rcPkt(client, wire.RCFetchAdd, qpn, psn, true, 0).atomic(va+0xf000, rkey, 1, 0))
+	w = append(w, rcPkt(client, ib.RCFetchAdd, qpn, psn, true, 0).atomic(va+0xf000, rkey, 1, 0))
 	msn++
-	w = append(w, rcPkt(server, wire.RCAtomicAck, qpn, psn, false, 0).aeth(wire.SynACK, msn).orig(twos))
+	w = append(w, rcPkt(server, ib.RCAtomicAck, qpn, psn, false, 0).aeth(ib.SynACK, msn).orig(twos))
 	return w
 }
 
 // messages builds count messages of the same shape on one QP: each is the
 // opcodes ops with payload sizes ns (the last one requests an ACK), PSNs
 // consecutive from psn0; first, if set, decorates message i's first packet.
-func messages(from netip.Addr, qpn, psn0 uint32, count int, ops []wire.Opcode, ns []int, ackLast bool, first func(i int, e exp) exp) []exp {
+func messages(from netip.Addr, qpn, psn0 uint32, count int, ops []ib.Opcode, ns []int, ackLast bool, first func(i int, e exp) exp) []exp {
 	var w []exp
 	psn := psn0
 	for i := range count {
@@ -227,16 +228,16 @@ var goldenFiles = map[string]func(t *testing.T, fs []wire.Frame){
 	"rc_send_64B": func(t *testing.T, fs []wire.Frame) {
 		const qpn, psn = 0x11, 0xd3f8ec
 		expect(t, fs, append(
-			messages(clientV4, qpn, psn, 5, []wire.Opcode{wire.RCSendOnly}, []int{64}, true, nil),
+			messages(clientV4, qpn, psn, 5, []ib.Opcode{ib.RCSendOnly}, []int{64}, true, nil),
 			acks(serverV4, qpn, psn, 5, 1, 0)...))
 	},
 	"rc_send_1027B_pad": func(t *testing.T, fs []wire.Frame) {
 		const qpn, psn = 0x12, 0x8229a2
 		expect(t, fs, append(
-			messages(clientV4, qpn, psn, 5, []wire.Opcode{wire.RCSendFirst, wire.RCSendLast}, []int{1024, 3}, true, nil),
+			messages(clientV4, qpn, psn, 5, []ib.Opcode{ib.RCSendFirst, ib.RCSendLast}, []int{1024, 3}, true, nil),
 			acks(serverV4, qpn, psn, 5, 2, 1)...))
 		for i := range fs {
-			if p := &fs[i].Packet; p.BTH.Opcode == wire.RCSendLast && p.BTH.PadCnt != 1 {
+			if p := &fs[i].Packet; p.BTH.Opcode == ib.RCSendLast && p.BTH.PadCnt != 1 {
 				t.Errorf("frame %d: SEND Last with 3 bytes has pad count %d, want 1", i+1, p.BTH.PadCnt)
 			}
 		}
@@ -244,14 +245,14 @@ var goldenFiles = map[string]func(t *testing.T, fs []wire.Frame){
 	"rc_send_4096B": func(t *testing.T, fs []wire.Frame) {
 		const qpn, psn = 0x13, 0x884df2
 		expect(t, fs, append(
-			messages(clientV4, qpn, psn, 5, []wire.Opcode{wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendMiddle, wire.RCSendLast}, []int{1024, 1024, 1024, 1024}, true, nil),
+			messages(clientV4, qpn, psn, 5, []ib.Opcode{ib.RCSendFirst, ib.RCSendMiddle, ib.RCSendMiddle, ib.RCSendLast}, []int{1024, 1024, 1024, 1024}, true, nil),
 			acks(serverV4, qpn, psn, 5, 4, 3)...))
 	},
 	"rc_write_4096B": func(t *testing.T, fs []wire.Frame) {
 		const qpn, psn = 0x14, 0x6663c5
 		reth := func(_ int, e exp) exp { return e.reth(0x559447d15000, 0x5b6, 4096) }
 		expect(t, fs, append(
-			messages(clientV4, qpn, psn, 5, []wire.Opcode{wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteMiddle, wire.RCWriteLast}, []int{1024, 1024, 1024, 1024}, true, reth),
+			messages(clientV4, qpn, psn, 5, []ib.Opcode{ib.RCWriteFirst, ib.RCWriteMiddle, ib.RCWriteMiddle, ib.RCWriteLast}, []int{1024, 1024, 1024, 1024}, true, reth),
 			acks(serverV4, qpn, psn, 5, 4, 3)...))
 	},
 	"rc_write_1024B_mtu256": func(t *testing.T, fs []wire.Frame) {
@@ -259,7 +260,7 @@ var goldenFiles = map[string]func(t *testing.T, fs []wire.Frame){
 		// perftest cycles through a 4096-byte remote buffer.
 		reth := func(i int, e exp) exp { return e.reth(0x55bb5a320000+uint64(i*1024%4096), 0xbcb, 1024) }
 		expect(t, fs, append(
-			messages(clientV4, qpn, psn, 5, []wire.Opcode{wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteMiddle, wire.RCWriteLast}, []int{256, 256, 256, 256}, true, reth),
+			messages(clientV4, qpn, psn, 5, []ib.Opcode{ib.RCWriteFirst, ib.RCWriteMiddle, ib.RCWriteMiddle, ib.RCWriteLast}, []int{256, 256, 256, 256}, true, reth),
 			acks(serverV4, qpn, psn, 5, 4, 3)...))
 	},
 	"rc_write_lat_32B": func(t *testing.T, fs []wire.Frame) {
@@ -269,9 +270,9 @@ var goldenFiles = map[string]func(t *testing.T, fs []wire.Frame){
 		var w []exp
 		for i := range uint32(5) {
 			w = append(w,
-				rcPkt(serverV4, wire.RCWriteOnly, qpn, spsn+i, true, 32).reth(0x5592b3bb4000, 0x6f8, 32),
+				rcPkt(serverV4, ib.RCWriteOnly, qpn, spsn+i, true, 32).reth(0x5592b3bb4000, 0x6f8, 32),
 				ack(clientV4, qpn, spsn+i, i+1),
-				rcPkt(clientV4, wire.RCWriteOnly, qpn, cpsn+i, true, 32).reth(0x55a1749ad000, 0x68c, 32),
+				rcPkt(clientV4, ib.RCWriteOnly, qpn, cpsn+i, true, 32).reth(0x55a1749ad000, 0x68c, 32),
 				ack(serverV4, qpn, cpsn+i, i+1))
 		}
 		expect(t, fs, w)
@@ -283,12 +284,12 @@ var goldenFiles = map[string]func(t *testing.T, fs []wire.Frame){
 		var reqs, resps []exp
 		for i := range uint32(5) {
 			p := psn + 4*i
-			reqs = append(reqs, rcPkt(clientV4, wire.RCReadRequest, qpn, p, true, 0).reth(0x55a43d15c000, 0x7b8, 4096))
+			reqs = append(reqs, rcPkt(clientV4, ib.RCReadRequest, qpn, p, true, 0).reth(0x55a43d15c000, 0x7b8, 4096))
 			resps = append(resps,
-				rcPkt(serverV4, wire.RCReadResponseFirst, qpn, p, false, 1024).aeth(wire.SynACK, i+1),
-				rcPkt(serverV4, wire.RCReadResponseMiddle, qpn, p+1, false, 1024),
-				rcPkt(serverV4, wire.RCReadResponseMiddle, qpn, p+2, false, 1024),
-				rcPkt(serverV4, wire.RCReadResponseLast, qpn, p+3, false, 1024).aeth(wire.SynACK, i+1))
+				rcPkt(serverV4, ib.RCReadResponseFirst, qpn, p, false, 1024).aeth(ib.SynACK, i+1),
+				rcPkt(serverV4, ib.RCReadResponseMiddle, qpn, p+1, false, 1024),
+				rcPkt(serverV4, ib.RCReadResponseMiddle, qpn, p+2, false, 1024),
+				rcPkt(serverV4, ib.RCReadResponseLast, qpn, p+3, false, 1024).aeth(ib.SynACK, i+1))
 		}
 		expect(t, fs, reqs)
 		expect(t, fs, resps)
@@ -298,26 +299,26 @@ var goldenFiles = map[string]func(t *testing.T, fs []wire.Frame){
 		var w []exp
 		for i := range uint32(5) {
 			w = append(w,
-				rcPkt(clientV4, wire.RCReadRequest, qpn, psn+i, true, 0).reth(0x55e24e889000, 0x8a9, 32),
-				rcPkt(serverV4, wire.RCReadResponseOnly, qpn, psn+i, false, 32).aeth(wire.SynACK, i+1))
+				rcPkt(clientV4, ib.RCReadRequest, qpn, psn+i, true, 0).reth(0x55e24e889000, 0x8a9, 32),
+				rcPkt(serverV4, ib.RCReadResponseOnly, qpn, psn+i, false, 32).aeth(ib.SynACK, i+1))
 		}
 		expect(t, fs, w)
 	},
 	"rc_atomic_cmp_swap": func(t *testing.T, fs []wire.Frame) {
-		checkAtomics(t, fs, 0x18, 0x2de41c, wire.RCCompareSwap, 0, 0)
+		checkAtomics(t, fs, 0x18, 0x2de41c, ib.RCCompareSwap, 0, 0)
 	},
 	"rc_atomic_fetch_add": func(t *testing.T, fs []wire.Frame) {
-		checkAtomics(t, fs, 0x19, 0xd48460, wire.RCFetchAdd, 1, 0)
+		checkAtomics(t, fs, 0x19, 0xd48460, ib.RCFetchAdd, 1, 0)
 	},
 	"uc_send_2048B": func(t *testing.T, fs []wire.Frame) {
-		expect(t, fs, messages(clientV4, 0x1b, 0xc9f465, 5, []wire.Opcode{wire.UCSendFirst, wire.UCSendLast}, []int{1024, 1024}, false, nil))
+		expect(t, fs, messages(clientV4, 0x1b, 0xc9f465, 5, []ib.Opcode{ib.UCSendFirst, ib.UCSendLast}, []int{1024, 1024}, false, nil))
 		if len(fs) != 10 {
 			t.Errorf("%d frames, want 10 (no ACKs)", len(fs))
 		}
 	},
 	"uc_write_2048B": func(t *testing.T, fs []wire.Frame) {
 		reth := func(i int, e exp) exp { return e.reth(0x55dc07ef8000+uint64(i*2048%4096), 0xdc9, 2048) }
-		expect(t, fs, messages(clientV4, 0x1c, 0x0898c3, 5, []wire.Opcode{wire.UCWriteFirst, wire.UCWriteLast}, []int{1024, 1024}, false, reth))
+		expect(t, fs, messages(clientV4, 0x1c, 0x0898c3, 5, []ib.Opcode{ib.UCWriteFirst, ib.UCWriteLast}, []int{1024, 1024}, false, reth))
 		if len(fs) != 10 {
 			t.Errorf("%d frames, want 10 (no ACKs)", len(fs))
 		}
@@ -325,7 +326,7 @@ var goldenFiles = map[string]func(t *testing.T, fs []wire.Frame){
 	"ud_send_64B": func(t *testing.T, fs []wire.Frame) {
 		// perftest UD sends have AckReq clear; Q_Key 0x11111111.
 		deth := func(_ int, e exp) exp { return e.deth(0x11111111, 0x1d) }
-		expect(t, fs, messages(clientV4, 0x1d, 0xe8d238, 5, []wire.Opcode{wire.UDSendOnly}, []int{64}, false, deth))
+		expect(t, fs, messages(clientV4, 0x1d, 0xe8d238, 5, []ib.Opcode{ib.UDSendOnly}, []int{64}, false, deth))
 	},
 	"rc_vectors_ipv4": func(t *testing.T, fs []wire.Frame) {
 		expectInOrder(t, fs, vectorsSequence(clientV4, serverV4, 0x1e, 0xf29, 0x55c98545a000))
@@ -338,18 +339,18 @@ var goldenFiles = map[string]func(t *testing.T, fs []wire.Frame){
 		// MSN 0), ACKed the 5th time; then a WRITE with rkey 0xffee94 gets
 		// NAK remote access error.
 		const qpn = 0x20
-		send := rcPkt(clientV4, wire.RCSendOnly, qpn, 0x100, true, 32).payload(rxeVectorsPayload(1, 0, 32))
-		rnr := rcPkt(serverV4, wire.RCAck, qpn, 0x100, false, 0).aeth(wire.SynRNR(27), 0)
+		send := rcPkt(clientV4, ib.RCSendOnly, qpn, 0x100, true, 32).payload(rxeVectorsPayload(1, 0, 32))
+		rnr := rcPkt(serverV4, ib.RCAck, qpn, 0x100, false, 0).aeth(ib.SynRNR(27), 0)
 		var w []exp
 		for range 4 {
 			w = append(w, send, rnr)
 		}
 		w = append(w, send, ack(serverV4, qpn, 0x100, 1),
 			// The WRITE's data is op 1's buffer again (0x10, 0x11, ...).
-			rcPkt(clientV4, wire.RCWriteOnly, qpn, 0x101, true, 32).reth(0x55e774b3e000+0x8000, 0x00ffee94, 32).payload(rxeVectorsPayload(1, 0, 32)),
-			rcPkt(serverV4, wire.RCAck, qpn, 0x101, false, 0).aeth(wire.SynNAKRemoteAccess, 1))
+			rcPkt(clientV4, ib.RCWriteOnly, qpn, 0x101, true, 32).reth(0x55e774b3e000+0x8000, 0x00ffee94, 32).payload(rxeVectorsPayload(1, 0, 32)),
+			rcPkt(serverV4, ib.RCAck, qpn, 0x101, false, 0).aeth(ib.SynNAKRemoteAccess, 1))
 		expectInOrder(t, fs, w)
-		if d := wire.RNRTimeout(wire.SynRNR(27).Value()); d.Microseconds() != 122880 {
+		if d := ib.RNRTimeout(ib.SynRNR(27).Value()); d.Microseconds() != 122880 {
 			t.Errorf("RNR timer 27 = %v, want 122.88ms", d)
 		}
 	},
@@ -366,8 +367,8 @@ var goldenFiles = map[string]func(t *testing.T, fs []wire.Frame){
 		resp[5] = 0x0c // status: unsupported method/attribute
 		gsi := wire.QPSourcePort(1)
 		expectInOrder(t, fs, []exp{
-			rcPkt(hostV4, wire.UDSendOnly, 1, 0, false, 256).deth(0x80010000, 0x42).payload(req),
-			rcPkt(serverV4, wire.UDSendOnly, 0x42, 0, true, 256).deth(0x80010000, 1).payload(resp),
+			rcPkt(hostV4, ib.UDSendOnly, 1, 0, false, 256).deth(0x80010000, 0x42).payload(req),
+			rcPkt(serverV4, ib.UDSendOnly, 0x42, 0, true, 256).deth(0x80010000, 1).payload(resp),
 		})
 		h, r := &fs[0].Encap, &fs[1].Encap
 		if h.ID != 0 || !h.DF || h.Src.Port() != wire.UDPPort {
@@ -390,7 +391,7 @@ var goldenFiles = map[string]func(t *testing.T, fs []wire.Frame){
 
 // checkAtomics checks a perftest ib_atomic_bw capture: 5 atomics from the
 // client on consecutive PSNs and 5 atomic ACKs (MSN 1..5) from the server.
-func checkAtomics(t *testing.T, fs []wire.Frame, qpn, psn uint32, op wire.Opcode, swapAdd, compare uint64) {
+func checkAtomics(t *testing.T, fs []wire.Frame, qpn, psn uint32, op ib.Opcode, swapAdd, compare uint64) {
 	t.Helper()
 	var reqs, resps []exp
 	for i := range uint32(5) {
@@ -407,9 +408,9 @@ func checkAtomics(t *testing.T, fs []wire.Frame, qpn, psn uint32, op wire.Opcode
 			t.Errorf("atomic VA %#x not 8-byte aligned", a.VA)
 		}
 		reqs = append(reqs, rcPkt(clientV4, op, qpn, psn+i, true, 0).atomic(a.VA, a.RKey, swapAdd, compare))
-		resp := rcPkt(serverV4, wire.RCAtomicAck, qpn, psn+i, false, 0).aeth(wire.SynACK, i+1)
+		resp := rcPkt(serverV4, ib.RCAtomicAck, qpn, psn+i, false, 0).aeth(ib.SynACK, i+1)
 		for j := range fs {
-			if p := &fs[j].Packet; p.BTH.Opcode == wire.RCAtomicAck && p.BTH.PSN == psn+i {
+			if p := &fs[j].Packet; p.BTH.Opcode == ib.RCAtomicAck && p.BTH.PSN == psn+i {
 				resp = resp.orig(p.AtomicAck) // the target holds perftest's random data
 			}
 		}
@@ -422,7 +423,7 @@ func checkAtomics(t *testing.T, fs []wire.Frame, qpn, psn uint32, op wire.Opcode
 // checkRping checks the rdma_cm capture: CM MADs on QP1 around rping's RC
 // traffic, whose UDP source port comes from the flow label in the CM REQ.
 func checkRping(t *testing.T, fs []wire.Frame) {
-	want := map[wire.Opcode]int{wire.UDSendOnly: 5, wire.RCSendOnly: 8, wire.RCReadRequest: 2, wire.RCReadResponseOnly: 2, wire.RCWriteOnly: 2, wire.RCAck: 10}
+	want := map[ib.Opcode]int{ib.UDSendOnly: 5, ib.RCSendOnly: 8, ib.RCReadRequest: 2, ib.RCReadResponseOnly: 2, ib.RCWriteOnly: 2, ib.RCAck: 10}
 	if got := count(fs); len(got) != len(want) {
 		t.Errorf("opcodes %v, want %v", got, want)
 	} else {
@@ -440,7 +441,7 @@ func checkRping(t *testing.T, fs []wire.Frame) {
 	for i := range fs {
 		p := &fs[i].Packet
 		switch {
-		case p.BTH.Opcode == wire.UDSendOnly:
+		case p.BTH.Opcode == ib.UDSendOnly:
 			if p.BTH.DestQP != 1 || p.DETH != (wire.DETH{QKey: 0x80010000, SrcQP: 1}) || len(p.Payload) != 256 || p.Payload[1] != 0x07 || !p.BTH.AckReq {
 				t.Errorf("frame %d: %v: want a 256-byte CM MAD (class 0x07) from QP1 to QP1, Q_Key 0x80010000, AckReq", i+1, p)
 				continue
@@ -452,10 +453,10 @@ func checkRping(t *testing.T, fs []wire.Frame) {
 			}
 		case p.BTH.DestQP != 0x21:
 			t.Errorf("frame %d: RC QPN %#x, want 0x21", i+1, p.BTH.DestQP)
-		case p.BTH.Opcode.Has(wire.MaskRequest):
+		case p.BTH.Opcode.Has(ib.MaskRequest):
 			// Each side's requests use consecutive PSNs.
 			from := fs[i].Encap.Src.Addr()
-			if prev, ok := psns[from]; ok && p.BTH.PSN != wire.PSNAdd(prev, 1) {
+			if prev, ok := psns[from]; ok && p.BTH.PSN != ib.PSNAdd(prev, 1) {
 				t.Errorf("frame %d: PSN %#x after %#x", i+1, p.BTH.PSN, prev)
 			}
 			psns[from] = p.BTH.PSN
@@ -469,7 +470,7 @@ func checkRping(t *testing.T, fs []wire.Frame) {
 	}
 	sport := wire.SourcePort(flowLabel)
 	for i := range fs {
-		if fs[i].Packet.BTH.Opcode.Transport() == wire.RC && fs[i].Encap.Src.Port() != sport {
+		if fs[i].Packet.BTH.Opcode.Transport() == ib.RC && fs[i].Encap.Src.Port() != sport {
 			t.Errorf("frame %d: RC source port %d, want %d from the CM flow label", i+1, fs[i].Encap.Src.Port(), sport)
 		}
 	}

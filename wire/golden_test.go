@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -76,12 +77,12 @@ func checkGoldenFrame(t *testing.T, file string, i int, raw []byte, f *wire.Fram
 	if got, err := wire.ICRC(raw[14:]); err != nil || got != stored {
 		t.Errorf("%s: wire.ICRC = %#08x, %v; want %#08x", where(), got, err, stored)
 	}
-	ib := ibOf(t, raw)
+	ibb := ibOf(t, raw)
 	pre, err := wire.NewICRCPrefix(&e)
 	if err != nil {
 		t.Fatalf("%s: %v", where(), err)
 	}
-	if err := pre.Check(ib); err != nil {
+	if err := pre.Check(ibb); err != nil {
 		t.Errorf("%s: ICRCPrefix.Check: %v", where(), err)
 	}
 
@@ -92,19 +93,19 @@ func checkGoldenFrame(t *testing.T, file string, i int, raw []byte, f *wire.Fram
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := spre.CheckAnyID(ib)
+	id, err := spre.CheckAnyID(ibb)
 	if err != nil || id != e.ID {
 		t.Errorf("%s: CheckAnyID = %#04x, %v; want ID %#04x", where(), id, err, e.ID)
 	}
 	if e.Src.Addr().Is4() && e.ID != 0 {
-		if err := spre.Check(ib); !errors.Is(err, wire.ErrBadICRC) {
+		if err := spre.Check(ibb); !errors.Is(err, wire.ErrBadICRC) {
 			t.Errorf("%s: Check with ID 0 on a frame with ID %#04x: %v, want ErrBadICRC", where(), e.ID, err)
 		}
 	}
 
 	// DecodeIB on the UDP payload gives the same packet.
 	var q wire.Packet
-	if err := wire.DecodeIB(ib, &q); err != nil || !reflect.DeepEqual(&q, p) {
+	if err := wire.DecodeIB(ibb, &q); err != nil || !reflect.DeepEqual(&q, p) {
 		t.Errorf("%s: DecodeIB = %v, %v; want %v", where(), &q, err, p)
 	}
 
@@ -115,9 +116,9 @@ func checkGoldenFrame(t *testing.T, file string, i int, raw []byte, f *wire.Fram
 		t.Errorf("%s: AppendFrame = %v\n got %x\nwant %x", where(), err, out, raw)
 	}
 	pp := *p
-	out, err = wire.AppendIB(make([]byte, 0, len(ib)), &pp, &pre)
-	if err != nil || !bytes.Equal(out, ib) {
-		t.Errorf("%s: AppendIB = %v\n got %x\nwant %x", where(), err, out, ib)
+	out, err = wire.AppendIB(make([]byte, 0, len(ibb)), &pp, &pre)
+	if err != nil || !bytes.Equal(out, ibb) {
+		t.Errorf("%s: AppendIB = %v\n got %x\nwant %x", where(), err, out, ibb)
 	}
 
 	// Header facts of rxe frames (README "Header facts worth testing against").
@@ -146,7 +147,7 @@ func checkGoldenFrame(t *testing.T, file string, i int, raw []byte, f *wire.Fram
 	// the CM REQ (rdma_cm; checked in rdmacm_rping_64B).
 	var want uint16
 	switch {
-	case h.Opcode.Transport() == wire.UD:
+	case h.Opcode.Transport() == ib.UD:
 		want = wire.QPSourcePort(p.DETH.SrcQP)
 	case file == "rdmacm_rping_64B":
 		return

@@ -130,9 +130,9 @@ func refICRCIP(ip []byte) (computed, stored uint32, ok bool) {
 
 // refIPPacket builds a plain IPv4 (no options) or IPv6 packet around an IB
 // packet, with UDP checksum 0 and the given header fields, for refICRCIP.
-func refIPPacket(src, dst netip.AddrPort, id uint16, df bool, tos, ttl uint8, ib []byte) []byte {
+func refIPPacket(src, dst netip.AddrPort, id uint16, df bool, tos, ttl uint8, ibb []byte) []byte {
 	var ip []byte
-	udpLen := 8 + len(ib)
+	udpLen := 8 + len(ibb)
 	if src.Addr().Unmap().Is4() {
 		ip = make([]byte, 20)
 		ip[0], ip[1] = 0x45, tos
@@ -159,7 +159,7 @@ func refIPPacket(src, dst netip.AddrPort, id uint16, df bool, tos, ttl uint8, ib
 	binary.BigEndian.PutUint16(u[2:], dst.Port())
 	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
 	ip = append(ip, u...)
-	return append(ip, ib...)
+	return append(ip, ibb...)
 }
 
 // ibOf returns the UDP payload of a decoded frame's bytes.

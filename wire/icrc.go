@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"github.com/ibex-rdma/ibex/ib"
 	"hash/crc32"
 )
 
@@ -35,8 +36,8 @@ func ICRC(ip []byte) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(udp) < udpHeaderLen+BTHLen+ICRCLen {
-		return 0, truncated("udp", len(udp), udpHeaderLen+BTHLen+ICRCLen)
+	if len(udp) < udpHeaderLen+ib.BTHLen+ib.ICRCLen {
+		return 0, truncated("udp", len(udp), udpHeaderLen+ib.BTHLen+ib.ICRCLen)
 	}
 	return icrcIP(ip[:len(hdr)+len(udp)], len(hdr)), nil
 }
@@ -104,7 +105,7 @@ func icrcIP(ip []byte, hl int) uint32 {
 	// BTH byte 4 is the last byte hashed: its contributions are the CRC
 	// table itself.
 	s ^= crc32.IEEETable[bth4]
-	return crc32.Update(s, crc32.IEEETable, ip[hl+through:len(ip)-ICRCLen])
+	return crc32.Update(s, crc32.IEEETable, ip[hl+through:len(ip)-ib.ICRCLen])
 }
 
 // maskVariant sets the fields the ICRC does not cover to all ones in b, a
@@ -187,7 +188,7 @@ func (c *ICRCPrefix) headerState(ibLen int) uint32 {
 
 // sum returns the ICRC of pkt, an IB packet without its ICRC field.
 func (c *ICRCPrefix) sum(pkt []byte) uint32 {
-	s := c.headerState(len(pkt) + ICRCLen)
+	s := c.headerState(len(pkt) + ib.ICRCLen)
 	// BTH byte 4 counts as 0xff: correct the state right after it.
 	s = crcSmall(s, pkt[:5]) ^ crc32.IEEETable[^pkt[4]]
 	return crc32.Update(s, crc32.IEEETable, pkt[5:])
@@ -197,10 +198,10 @@ func (c *ICRCPrefix) sum(pkt []byte) uint32 {
 // it, against the flow's headers (including, for IPv4, the ID the prefix
 // was built with).
 func (c *ICRCPrefix) Check(pkt []byte) error {
-	if len(pkt) < BTHLen+ICRCLen {
-		return truncated("icrc", len(pkt), BTHLen+ICRCLen)
+	if len(pkt) < ib.BTHLen+ib.ICRCLen {
+		return truncated("icrc", len(pkt), ib.BTHLen+ib.ICRCLen)
 	}
-	end := len(pkt) - ICRCLen
+	end := len(pkt) - ib.ICRCLen
 	got := binary.LittleEndian.Uint32(pkt[end:])
 	if want := c.sum(pkt[:end]); got != want {
 		return icrcMismatch(got, want)

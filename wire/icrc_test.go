@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -22,7 +23,7 @@ func icrcOf(t *testing.T, e wire.Encap, p wire.Packet) ([]byte, uint32) {
 }
 
 func testPacket() wire.Packet {
-	p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCWriteOnlyImm, PKey: 0xffff, DestQP: 0x12, PSN: 0x123456, AckReq: true}}
+	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCWriteOnlyImm, PKey: 0xffff, DestQP: 0x12, PSN: 0x123456, AckReq: true}}
 	p.RETH = wire.RETH{VA: 0x1000, RKey: 0xabcd, DMALen: 1021}
 	p.Imm = 0xdeadbeef
 	p.Payload = make([]byte, 1021)
@@ -101,20 +102,20 @@ func TestICRCPrefixMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range 2000 {
 		e := randomEncap(rng, i%2 == 0)
-		p := randomPacket(rng, wire.Opcode([]wire.Opcode{wire.RCSendOnly, wire.RCAck, wire.RCReadResponseMiddle}[i%3]), 4096)
+		p := randomPacket(rng, ib.Opcode([]ib.Opcode{ib.RCSendOnly, ib.RCAck, ib.RCReadResponseMiddle}[i%3]), 4096)
 		pre, err := wire.NewICRCPrefix(&e)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ib, err := wire.AppendIB(nil, &p, &pre)
+		ibb, err := wire.AppendIB(nil, &p, &pre)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref, stored, ok := refICRCIP(refIPPacket(e.Src, e.Dst, e.ID, e.DF, uint8(rng.Uint32()), uint8(rng.Uint32()), ib))
+		ref, stored, ok := refICRCIP(refIPPacket(e.Src, e.Dst, e.ID, e.DF, uint8(rng.Uint32()), uint8(rng.Uint32()), ibb))
 		if !ok || ref != stored || ref != p.ICRC {
 			t.Fatalf("%+v %v: reference %#08x, stored %#08x, prefix %#08x", e, &p, ref, stored, p.ICRC)
 		}
-		ip := refIPPacket(e.Src, e.Dst, e.ID, e.DF, 0, 64, ib)
+		ip := refIPPacket(e.Src, e.Dst, e.ID, e.DF, 0, 64, ibb)
 		if got, err := wire.ICRC(append(ip, 0, 0, 0)); err != nil || got != ref { // trailing bytes are ignored
 			t.Fatalf("ICRC(ip) = %#08x, %v; want %#08x", got, err, ref)
 		}
@@ -131,16 +132,16 @@ func TestICRCSingleBitFlips(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := testPacket()
-		ib, err := wire.AppendIB(nil, &p, &pre)
+		ibb, err := wire.AppendIB(nil, &p, &pre)
 		if err != nil {
 			t.Fatal(err)
 		}
 		missed := 0
-		for i := range 8 * len(ib) {
-			ib[i/8] ^= 1 << (i % 8)
-			err := pre.Check(ib)
-			_, anyErr := pre.CheckAnyID(ib)
-			ib[i/8] ^= 1 << (i % 8)
+		for i := range 8 * len(ibb) {
+			ibb[i/8] ^= 1 << (i % 8)
+			err := pre.Check(ibb)
+			_, anyErr := pre.CheckAnyID(ibb)
+			ibb[i/8] ^= 1 << (i % 8)
 			if i/8 == 4 { // FECN, BECN, reserved
 				if err != nil || anyErr != nil {
 					t.Errorf("%v: flipping masked bit %d of BTH byte 4 rejected: %v, %v", e.Src.Addr(), i%8, err, anyErr)
@@ -156,7 +157,7 @@ func TestICRCSingleBitFlips(t *testing.T) {
 		}
 		// Expected misses: 8·1077 bits × 2^-16 ≈ 0.13 for IPv4, 0 for IPv6.
 		if missed > 2 || (e.Src.Addr().Is6() && missed > 0) {
-			t.Errorf("%v: CheckAnyID accepted %d of %d single-bit flips", e.Src.Addr(), missed, 8*len(ib))
+			t.Errorf("%v: CheckAnyID accepted %d of %d single-bit flips", e.Src.Addr(), missed, 8*len(ibb))
 		}
 	}
 }
@@ -164,7 +165,7 @@ func TestICRCSingleBitFlips(t *testing.T) {
 // TestCheckAnyIDEveryID recovers each of the 65536 IPv4 IDs from a UDP
 // payload, guessing ID 0.
 func TestCheckAnyIDEveryID(t *testing.T) {
-	p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCAck, PKey: 0xffff, DestQP: 0x11, PSN: 7}, AETH: wire.AETH{Syndrome: wire.SynACK, MSN: 1}}
+	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCAck, PKey: 0xffff, DestQP: 0x11, PSN: 7}, AETH: wire.AETH{Syndrome: ib.SynACK, MSN: 1}}
 	guess := v4Encap
 	guess.ID = 0
 	gp, err := wire.NewICRCPrefix(&guess)
@@ -179,11 +180,11 @@ func TestCheckAnyIDEveryID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ib, err := wire.AppendIB(buf[:0], &p, &pre)
+		ibb, err := wire.AppendIB(buf[:0], &p, &pre)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := gp.CheckAnyID(ib); err != nil || got != uint16(id) {
+		if got, err := gp.CheckAnyID(ibb); err != nil || got != uint16(id) {
 			t.Fatalf("CheckAnyID = %#04x, %v; want %#04x", got, err, id)
 		}
 	}
@@ -206,7 +207,7 @@ func TestICRCErrors(t *testing.T) {
 		"version 5":     {mod(ip, func(b []byte) { b[0] = 0x55 }), wire.ErrNotRoCE},
 		"length > data": {mod(ip, func(b []byte) { b[3]++ }), wire.ErrTruncated},
 		"length < hdr":  {mod(ip, func(b []byte) { b[2], b[3] = 0, 19 }), wire.ErrBadLength},
-		"no ib packet":  {refIPPacket(v4Encap.Src, v4Encap.Dst, 1, true, 0, 64, make([]byte, 15)), wire.ErrTruncated},
+		"no ibb packet": {refIPPacket(v4Encap.Src, v4Encap.Dst, 1, true, 0, 64, make([]byte, 15)), wire.ErrTruncated},
 	} {
 		if _, err := wire.ICRC(tc.ip); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
@@ -233,9 +234,9 @@ func TestICRCErrors(t *testing.T) {
 	}
 	// The message names the values, little-endian as stored.
 	p := testPacket()
-	ib, _ := wire.AppendIB(nil, &p, &pre)
-	binary.LittleEndian.PutUint32(ib[len(ib)-4:], 0x12345678)
-	if err := pre.Check(ib); err == nil || err.Error() != "icrc: got 0x12345678, want "+hex32(p.ICRC) {
+	ibb, _ := wire.AppendIB(nil, &p, &pre)
+	binary.LittleEndian.PutUint32(ibb[len(ibb)-4:], 0x12345678)
+	if err := pre.Check(ibb); err == nil || err.Error() != "icrc: got 0x12345678, want "+hex32(p.ICRC) {
 		t.Errorf("Check: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"github.com/ibex-rdma/ibex/ib"
 	"hash/crc32"
 	"math/bits"
 	"sync"
@@ -18,13 +19,13 @@ import (
 // look-ups. That leaves 16 of the 32 check bits: a random corruption passes
 // with probability 2^-16. For IPv6, which has no ID, CheckAnyID is Check.
 func (c *ICRCPrefix) CheckAnyID(pkt []byte) (id uint16, err error) {
-	if len(pkt) < BTHLen+ICRCLen {
-		return 0, truncated("icrc", len(pkt), BTHLen+ICRCLen)
+	if len(pkt) < ib.BTHLen+ib.ICRCLen {
+		return 0, truncated("icrc", len(pkt), ib.BTHLen+ib.ICRCLen)
 	}
 	if len(pkt) > MaxIBLen {
 		return 0, errf("icrc", ErrBadLength, "packet of %d bytes exceeds %d", uint64(len(pkt)), MaxIBLen)
 	}
-	end := len(pkt) - ICRCLen
+	end := len(pkt) - ib.ICRCLen
 	got := binary.LittleEndian.Uint32(pkt[end:])
 	want := c.sum(pkt[:end])
 	if got == want {

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/ibex-rdma/ibex/ib"
 	"strings"
 )
 
@@ -44,8 +45,8 @@ type Packet struct {
 // P_Key, path MTU, RETH length) belong to the protocol engine. After an
 // error, p holds what was decoded before it.
 func DecodeIB(b []byte, p *Packet) error {
-	if len(b) < BTHLen+ICRCLen {
-		return truncated("bth", len(b), BTHLen+ICRCLen)
+	if len(b) < ib.BTHLen+ib.ICRCLen {
+		return truncated("bth", len(b), ib.BTHLen+ib.ICRCLen)
 	}
 	*p = Packet{}
 	if err := p.BTH.Decode(b); err != nil {
@@ -56,10 +57,10 @@ func DecodeIB(b []byte, p *Packet) error {
 	}
 	op := p.BTH.Opcode
 	m := op.Mask()
-	end := len(b) - ICRCLen
+	end := len(b) - ib.ICRCLen
 	body := b[:end]
-	off := BTHLen
-	if m&maskHeaders != 0 {
+	off := ib.BTHLen
+	if m&ib.MaskHeaders != 0 {
 		var err error
 		if off, err = p.decodeExt(body, off, m); err != nil {
 			return err
@@ -67,7 +68,7 @@ func DecodeIB(b []byte, p *Packet) error {
 	}
 	rest := end - off
 	pad := int(p.BTH.PadCnt)
-	if m&MaskPayload == 0 {
+	if m&ib.MaskPayload == 0 {
 		if pad != 0 {
 			return errf("bth", ErrBadPad, "pad count %d on opcode %#02x, which carries no payload", uint64(pad), uint64(op))
 		}
@@ -86,51 +87,51 @@ func DecodeIB(b []byte, p *Packet) error {
 
 // decodeExt decodes the extension headers in m from b[off:] in wire order
 // and returns the offset after them.
-func (p *Packet) decodeExt(b []byte, off int, m Mask) (int, error) {
-	if m&MaskDETH != 0 {
+func (p *Packet) decodeExt(b []byte, off int, m ib.Mask) (int, error) {
+	if m&ib.MaskDETH != 0 {
 		if err := p.DETH.Decode(b[off:]); err != nil {
 			return 0, err
 		}
-		off += DETHLen
+		off += ib.DETHLen
 	}
-	if m&MaskRETH != 0 {
+	if m&ib.MaskRETH != 0 {
 		if err := p.RETH.Decode(b[off:]); err != nil {
 			return 0, err
 		}
-		off += RETHLen
+		off += ib.RETHLen
 	}
-	if m&MaskAtomicETH != 0 {
+	if m&ib.MaskAtomicETH != 0 {
 		if err := p.AtomicETH.Decode(b[off:]); err != nil {
 			return 0, err
 		}
-		off += AtomicETHLen
+		off += ib.AtomicETHLen
 	}
-	if m&MaskAETH != 0 {
+	if m&ib.MaskAETH != 0 {
 		if err := p.AETH.Decode(b[off:]); err != nil {
 			return 0, err
 		}
-		off += AETHLen
+		off += ib.AETHLen
 	}
-	if m&MaskAtomicAckETH != 0 {
-		if len(b)-off < AtomicAckETHLen {
-			return 0, truncated("atomicacketh", len(b)-off, AtomicAckETHLen)
+	if m&ib.MaskAtomicAckETH != 0 {
+		if len(b)-off < ib.AtomicAckETHLen {
+			return 0, truncated("atomicacketh", len(b)-off, ib.AtomicAckETHLen)
 		}
 		p.AtomicAck = binary.BigEndian.Uint64(b[off:])
-		off += AtomicAckETHLen
+		off += ib.AtomicAckETHLen
 	}
-	if m&MaskImmDt != 0 {
-		if len(b)-off < ImmDtLen {
-			return 0, truncated("immdt", len(b)-off, ImmDtLen)
+	if m&ib.MaskImmDt != 0 {
+		if len(b)-off < ib.ImmDtLen {
+			return 0, truncated("immdt", len(b)-off, ib.ImmDtLen)
 		}
 		p.Imm = binary.BigEndian.Uint32(b[off:])
-		off += ImmDtLen
+		off += ib.ImmDtLen
 	}
-	if m&MaskIETH != 0 {
-		if len(b)-off < IETHLen {
-			return 0, truncated("ieth", len(b)-off, IETHLen)
+	if m&ib.MaskIETH != 0 {
+		if len(b)-off < ib.IETHLen {
+			return 0, truncated("ieth", len(b)-off, ib.IETHLen)
 		}
 		p.InvalidateRKey = binary.BigEndian.Uint32(b[off:])
-		off += IETHLen
+		off += ib.IETHLen
 	}
 	return off, nil
 }
@@ -149,8 +150,8 @@ func AppendIB(dst []byte, p *Packet, icrc *ICRCPrefix) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
-	p.ICRC = icrc.sum(pkt[:len(pkt)-ICRCLen])
-	binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCLen:], p.ICRC)
+	p.ICRC = icrc.sum(pkt[:len(pkt)-ib.ICRCLen])
+	binary.LittleEndian.PutUint32(pkt[len(pkt)-ib.ICRCLen:], p.ICRC)
 	return dst, nil
 }
 
@@ -163,12 +164,12 @@ func (p *Packet) appendIB(dst []byte) (all, pkt []byte, err error) {
 	}
 	m := op.Mask()
 	n := len(p.Payload)
-	if m&MaskPayload == 0 && n != 0 {
+	if m&ib.MaskPayload == 0 && n != 0 {
 		return dst, nil, errf("ib", ErrBadField, "opcode %#02x carries no payload, got %d bytes", uint64(op), uint64(n))
 	}
 	pad := -n & 3
 	hl := op.HeaderLen()
-	total := hl + n + pad + ICRCLen
+	total := hl + n + pad + ib.ICRCLen
 	if total > MaxIBLen {
 		return dst, nil, errf("ib", ErrBadField, "packet of %d bytes exceeds %d", uint64(total), MaxIBLen)
 	}
@@ -176,16 +177,16 @@ func (p *Packet) appendIB(dst []byte) (all, pkt []byte, err error) {
 	if err := p.BTH.check(); err != nil {
 		return dst, nil, err
 	}
-	if m&MaskDETH != 0 && p.DETH.SrcQP > mask24 {
+	if m&ib.MaskDETH != 0 && p.DETH.SrcQP > mask24 {
 		return dst, nil, errf("deth", ErrBadField, "source QP %#x exceeds 24 bits", uint64(p.DETH.SrcQP))
 	}
-	if m&MaskAETH != 0 && p.AETH.MSN > mask24 {
+	if m&ib.MaskAETH != 0 && p.AETH.MSN > mask24 {
 		return dst, nil, errf("aeth", ErrBadField, "msn %#x exceeds 24 bits", uint64(p.AETH.MSN))
 	}
 	dst, pkt = grow(dst, total)
 	p.BTH.put(pkt)
-	off := BTHLen
-	if m&maskHeaders != 0 {
+	off := ib.BTHLen
+	if m&ib.MaskHeaders != 0 {
 		off = p.putExt(pkt, off, m)
 	}
 	off += copy(pkt[off:], p.Payload)
@@ -195,34 +196,34 @@ func (p *Packet) appendIB(dst []byte) (all, pkt []byte, err error) {
 
 // putExt writes the extension headers in m at b[off:] in wire order and
 // returns the offset after them. b has room for them.
-func (p *Packet) putExt(b []byte, off int, m Mask) int {
-	if m&MaskDETH != 0 {
+func (p *Packet) putExt(b []byte, off int, m ib.Mask) int {
+	if m&ib.MaskDETH != 0 {
 		p.DETH.put(b[off:])
-		off += DETHLen
+		off += ib.DETHLen
 	}
-	if m&MaskRETH != 0 {
+	if m&ib.MaskRETH != 0 {
 		p.RETH.put(b[off:])
-		off += RETHLen
+		off += ib.RETHLen
 	}
-	if m&MaskAtomicETH != 0 {
+	if m&ib.MaskAtomicETH != 0 {
 		p.AtomicETH.put(b[off:])
-		off += AtomicETHLen
+		off += ib.AtomicETHLen
 	}
-	if m&MaskAETH != 0 {
+	if m&ib.MaskAETH != 0 {
 		p.AETH.put(b[off:])
-		off += AETHLen
+		off += ib.AETHLen
 	}
-	if m&MaskAtomicAckETH != 0 {
+	if m&ib.MaskAtomicAckETH != 0 {
 		binary.BigEndian.PutUint64(b[off:], p.AtomicAck)
-		off += AtomicAckETHLen
+		off += ib.AtomicAckETHLen
 	}
-	if m&MaskImmDt != 0 {
+	if m&ib.MaskImmDt != 0 {
 		binary.BigEndian.PutUint32(b[off:], p.Imm)
-		off += ImmDtLen
+		off += ib.ImmDtLen
 	}
-	if m&MaskIETH != 0 {
+	if m&ib.MaskIETH != 0 {
 		binary.BigEndian.PutUint32(b[off:], p.InvalidateRKey)
-		off += IETHLen
+		off += ib.IETHLen
 	}
 	return off
 }
@@ -245,29 +246,29 @@ func (p *Packet) String() string {
 		fmt.Fprintf(&s, " pkey=%#04x", h.PKey)
 	}
 	m := h.Opcode.Mask()
-	if m&MaskDETH != 0 {
+	if m&ib.MaskDETH != 0 {
 		fmt.Fprintf(&s, " DETH(qkey=%#x srcqp=%#06x)", p.DETH.QKey, p.DETH.SrcQP)
 	}
-	if m&MaskRETH != 0 {
+	if m&ib.MaskRETH != 0 {
 		fmt.Fprintf(&s, " RETH(va=%#x rkey=%#x len=%d)", p.RETH.VA, p.RETH.RKey, p.RETH.DMALen)
 	}
-	if m&MaskAtomicETH != 0 {
+	if m&ib.MaskAtomicETH != 0 {
 		a := &p.AtomicETH
 		fmt.Fprintf(&s, " AtomicETH(va=%#x rkey=%#x swap/add=%#x compare=%#x)", a.VA, a.RKey, a.SwapAdd, a.Compare)
 	}
-	if m&MaskAETH != 0 {
+	if m&ib.MaskAETH != 0 {
 		fmt.Fprintf(&s, " AETH(%v MSN=%d)", p.AETH.Syndrome, p.AETH.MSN)
 	}
-	if m&MaskAtomicAckETH != 0 {
+	if m&ib.MaskAtomicAckETH != 0 {
 		fmt.Fprintf(&s, " orig=%#x", p.AtomicAck)
 	}
-	if m&MaskImmDt != 0 {
+	if m&ib.MaskImmDt != 0 {
 		fmt.Fprintf(&s, " imm=%#08x", p.Imm)
 	}
-	if m&MaskIETH != 0 {
+	if m&ib.MaskIETH != 0 {
 		fmt.Fprintf(&s, " inv_rkey=%#x", p.InvalidateRKey)
 	}
-	if m&MaskPayload != 0 {
+	if m&ib.MaskPayload != 0 {
 		fmt.Fprintf(&s, " payload=%d", len(p.Payload))
 		if h.PadCnt != 0 {
 			fmt.Fprintf(&s, "+%dpad", h.PadCnt)

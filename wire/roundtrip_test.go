@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -35,7 +36,7 @@ func TestRoundTrip(t *testing.T) {
 	})
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	for op := range 256 {
-		o := wire.Opcode(op)
+		o := ib.Opcode(op)
 		if !o.Valid() {
 			continue
 		}
@@ -50,7 +51,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-func roundTrip(t *testing.T, rng *rand.Rand, op wire.Opcode) {
+func roundTrip(t *testing.T, rng *rand.Rand, op ib.Opcode) {
 	t.Helper()
 	f := wire.Frame{Encap: randomEncap(rng, rng.IntN(2) == 0), Packet: randomPacket(rng, op, 2100)}
 	fillRandom(rng, f.EthDst[:])
@@ -183,36 +184,36 @@ func randomEncap(rng *rand.Rand, v6 bool) wire.Encap {
 
 // randomPacket returns a packet of opcode op with random fields in range
 // and, if op carries one, a random payload of up to maxPayload bytes.
-func randomPacket(rng *rand.Rand, op wire.Opcode, maxPayload int) wire.Packet {
-	u24 := func() uint32 { return rng.Uint32() & wire.PSNMask }
+func randomPacket(rng *rand.Rand, op ib.Opcode, maxPayload int) wire.Packet {
+	u24 := func() uint32 { return rng.Uint32() & ib.PSNMask }
 	bit := func() bool { return rng.IntN(2) == 0 }
 	p := wire.Packet{BTH: wire.BTH{
 		Opcode: op, SE: bit(), MigReq: bit(), PKey: uint16(rng.Uint32()), FECN: bit(), BECN: bit(),
 		DestQP: u24(), AckReq: bit(), PSN: u24(),
 	}}
 	m := op.Mask()
-	if m&wire.MaskDETH != 0 {
+	if m&ib.MaskDETH != 0 {
 		p.DETH = wire.DETH{QKey: rng.Uint32(), SrcQP: u24()}
 	}
-	if m&wire.MaskRETH != 0 {
+	if m&ib.MaskRETH != 0 {
 		p.RETH = wire.RETH{VA: rng.Uint64(), RKey: rng.Uint32(), DMALen: rng.Uint32()}
 	}
-	if m&wire.MaskAtomicETH != 0 {
+	if m&ib.MaskAtomicETH != 0 {
 		p.AtomicETH = wire.AtomicETH{VA: rng.Uint64(), RKey: rng.Uint32(), SwapAdd: rng.Uint64(), Compare: rng.Uint64()}
 	}
-	if m&wire.MaskAETH != 0 {
-		p.AETH = wire.AETH{Syndrome: wire.Syndrome(rng.Uint32()), MSN: u24()}
+	if m&ib.MaskAETH != 0 {
+		p.AETH = wire.AETH{Syndrome: ib.Syndrome(rng.Uint32()), MSN: u24()}
 	}
-	if m&wire.MaskAtomicAckETH != 0 {
+	if m&ib.MaskAtomicAckETH != 0 {
 		p.AtomicAck = rng.Uint64()
 	}
-	if m&wire.MaskImmDt != 0 {
+	if m&ib.MaskImmDt != 0 {
 		p.Imm = rng.Uint32()
 	}
-	if m&wire.MaskIETH != 0 {
+	if m&ib.MaskIETH != 0 {
 		p.InvalidateRKey = rng.Uint32()
 	}
-	if m&wire.MaskPayload != 0 {
+	if m&ib.MaskPayload != 0 {
 		n := rng.IntN(9) // small sizes exercise every pad count
 		if bit() {
 			n = rng.IntN(maxPayload + 1)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/internal/pcap"
 	"github.com/ibex-rdma/ibex/wire"
 )
@@ -32,7 +33,7 @@ func TestTshark(t *testing.T) {
 	var raw [][]byte
 	for _, v6 := range []bool{false, true} {
 		for op := range 256 {
-			o := wire.Opcode(op)
+			o := ib.Opcode(op)
 			if !o.Valid() {
 				continue
 			}
@@ -41,7 +42,7 @@ func TestTshark(t *testing.T) {
 				Encap:  randomEncap(rng, v6),
 				Packet: randomPacket(rng, o, 200),
 			}
-			f.Tagged = op == int(wire.RCSendOnly)
+			f.Tagged = op == int(ib.RCSendOnly)
 			f.VLAN = 0x2064
 			f.Encap.TTL = 64 // tshark warns about small TTLs
 			b, err := wire.AppendFrame(nil, &f)
@@ -132,35 +133,35 @@ func checkTsharkFields(t *testing.T, n int, f *wire.Frame, got map[string]string
 	if f.Tagged {
 		want["vlan.id"] = dec(uint64(f.VLAN & 0xfff))
 	}
-	if m&(wire.MaskRETH|wire.MaskAtomicETH) != 0 { // tshark shows the AtomicETH address as reth.*
+	if m&(ib.MaskRETH|ib.MaskAtomicETH) != 0 { // tshark shows the AtomicETH address as reth.*
 		va, rkey := p.RETH.VA, p.RETH.RKey
-		if m&wire.MaskAtomicETH != 0 {
+		if m&ib.MaskAtomicETH != 0 {
 			va, rkey = p.AtomicETH.VA, p.AtomicETH.RKey
 		}
 		want["infiniband.reth.va"] = dec(va)
 		want["infiniband.reth.r_key"] = fmt.Sprintf("0x%08x", rkey)
 	}
-	if m&wire.MaskRETH != 0 {
+	if m&ib.MaskRETH != 0 {
 		want["infiniband.reth.dmalen"] = dec(uint64(p.RETH.DMALen))
 	}
-	if m&wire.MaskAETH != 0 {
+	if m&ib.MaskAETH != 0 {
 		want["infiniband.aeth.syndrome"] = dec(uint64(p.AETH.Syndrome))
 		want["infiniband.aeth.msn"] = dec(uint64(p.AETH.MSN))
 	}
-	if m&wire.MaskAtomicETH != 0 {
+	if m&ib.MaskAtomicETH != 0 {
 		want["infiniband.atomiceth.swapdt"] = dec(p.AtomicETH.SwapAdd)
 		want["infiniband.atomiceth.cmpdt"] = dec(p.AtomicETH.Compare)
 	}
-	if m&wire.MaskAtomicAckETH != 0 {
+	if m&ib.MaskAtomicAckETH != 0 {
 		want["infiniband.atomicacketh.origremdt"] = dec(p.AtomicAck)
 	}
-	if m&wire.MaskImmDt != 0 {
+	if m&ib.MaskImmDt != 0 {
 		want["infiniband.immdt"] = hexb(p.Imm)
 	}
-	if m&wire.MaskIETH != 0 {
+	if m&ib.MaskIETH != 0 {
 		want["infiniband.ieth"] = hexb(p.InvalidateRKey)
 	}
-	if m&wire.MaskDETH != 0 {
+	if m&ib.MaskDETH != 0 {
 		want["infiniband.deth.q_key"] = fmt.Sprintf("0x%08x", p.DETH.QKey)
 		want["infiniband.deth.srcqp"] = fmt.Sprintf("0x%06x", p.DETH.SrcQP)
 	}
@@ -222,7 +223,7 @@ func checkOpcodeNames(t *testing.T, bin string) {
 		}
 	}
 	for op := range 256 {
-		o := wire.Opcode(op)
+		o := ib.Opcode(op)
 		if !o.Valid() {
 			continue
 		}

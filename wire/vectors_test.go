@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -35,7 +36,7 @@ func TestReferenceVectors(t *testing.T) {
 
 	src := netip.MustParseAddrPort("10.0.0.1:49152")
 	dst := netip.MustParseAddrPort("10.0.0.2:4791")
-	rc := func(op wire.Opcode, qpn, psn uint32, ack bool) wire.Packet {
+	rc := func(op ib.Opcode, qpn, psn uint32, ack bool) wire.Packet {
 		return wire.Packet{BTH: wire.BTH{Opcode: op, PKey: 0xffff, DestQP: qpn, PSN: psn, AckReq: ack}}
 	}
 	type vector struct {
@@ -43,20 +44,20 @@ func TestReferenceVectors(t *testing.T) {
 		p    wire.Packet
 		icrc uint32 // 0: not stated by the document
 	}
-	sendOnly := rc(wire.RCSendOnly, 0x12, 0x123456, true)
+	sendOnly := rc(ib.RCSendOnly, 0x12, 0x123456, true)
 	sendOnly.Payload, sendOnly.BTH.PadCnt = []byte("hello, rdma!!"), 3
-	ackP := rc(wire.RCAck, 0x11, 0x123456, false)
-	ackP.AETH = wire.AETH{Syndrome: wire.SynACK, MSN: 1}
-	write := rc(wire.RCWriteOnly, 0x12, 0x123457, true)
+	ackP := rc(ib.RCAck, 0x11, 0x123456, false)
+	ackP.AETH = wire.AETH{Syndrome: ib.SynACK, MSN: 1}
+	write := rc(ib.RCWriteOnly, 0x12, 0x123457, true)
 	write.RETH, write.Payload = wire.RETH{VA: 0x1000, RKey: 0xabcd, DMALen: 8}, []byte("ABCDEFGH")
-	rnr := rc(wire.RCAck, 0x11, 0x123457, false)
-	rnr.AETH = wire.AETH{Syndrome: wire.SynRNR(14), MSN: 1}
-	nak := rc(wire.RCAck, 0x11, 0x123458, false)
-	nak.AETH = wire.AETH{Syndrome: wire.SynNAKPSNSeq, MSN: 1}
-	fadd := rc(wire.RCFetchAdd, 0x12, 0x123459, true)
+	rnr := rc(ib.RCAck, 0x11, 0x123457, false)
+	rnr.AETH = wire.AETH{Syndrome: ib.SynRNR(14), MSN: 1}
+	nak := rc(ib.RCAck, 0x11, 0x123458, false)
+	nak.AETH = wire.AETH{Syndrome: ib.SynNAKPSNSeq, MSN: 1}
+	fadd := rc(ib.RCFetchAdd, 0x12, 0x123459, true)
 	fadd.AtomicETH = wire.AtomicETH{VA: 0x2000, RKey: 0xabcd, SwapAdd: 1}
-	aack := rc(wire.RCAtomicAck, 0x11, 0x123459, false)
-	aack.AETH, aack.AtomicAck = wire.AETH{Syndrome: wire.SynACK, MSN: 2}, 41
+	aack := rc(ib.RCAtomicAck, 0x11, 0x123459, false)
+	aack.AETH, aack.AtomicAck = wire.AETH{Syndrome: ib.SynACK, MSN: 2}, 41
 	want := []vector{
 		{"SEND_ONLY", sendOnly, 0xe60ae018}, // "Invariant CRC: 0x18e00ae6 for CRC value 0xE60AE018"
 		{"ACK", ackP, 0},

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/wire"
@@ -149,7 +150,7 @@ func pathMTU(a netip.Addr) verbs.MTU {
 			}
 		}
 	}
-	overhead := 40 + 8 + wire.BTHLen + 28 + 4 // IPv6 header, UDP, BTH, largest extension, ICRC
+	overhead := 40 + 8 + ib.BTHLen + 28 + 4 // IPv6 header, UDP, BTH, largest extension, ICRC
 	m := verbs.MTU256
 	for c := verbs.MTU256; c <= verbs.MTU4096; c++ {
 		if c.Bytes()+overhead <= link {
@@ -374,7 +375,7 @@ func (d *device) drain(now int64, q *qpDriver, pkt *rc.Packet, wp *wire.Packet) 
 		// (after a BTH: most packets have no extension header), so that
 		// encoding does not copy it again.
 		buf := s.bufs[s.nbuf][:0:maxDgram]
-		if !e.Poll(now, pkt, buf[wire.BTHLen:maxDgram]) {
+		if !e.Poll(now, pkt, buf[ib.BTHLen:maxDgram]) {
 			break
 		}
 		if !s.reachable(q.peer) {
@@ -386,7 +387,7 @@ func (d *device) drain(now int64, q *qpDriver, pkt *rc.Packet, wp *wire.Packet) 
 			d.hold(q, pkt, wp)
 			continue
 		}
-		if len(d.held) > 0 && wire.Opcode(pkt.Opcode).Has(wire.MaskResponse) {
+		if len(d.held) > 0 && ib.Opcode(pkt.Opcode).Has(ib.MaskResponse) {
 			// A READ response: the QP's earlier acknowledgements first
 			// (responses keep their order), the payload saved meanwhile.
 			pkt.Payload = d.scratch[:copy(d.scratch, pkt.Payload)]
@@ -445,16 +446,16 @@ func (d *device) release(q *qpDriver, wp *wire.Packet) {
 func (d *device) encode(q *qpDriver, pkt *rc.Packet, wp *wire.Packet, buf []byte) {
 	s := d.io
 	n := len(pkt.Payload)
-	hl := wire.Opcode(pkt.Opcode).HeaderLen()
-	if n > 0 && hl != wire.BTHLen && unsafe.SliceData(pkt.Payload) == &buf[:cap(buf)][wire.BTHLen] {
+	hl := ib.Opcode(pkt.Opcode).HeaderLen()
+	if n > 0 && hl != ib.BTHLen && unsafe.SliceData(pkt.Payload) == &buf[:cap(buf)][ib.BTHLen] {
 		// Move the payload to where this opcode's headers end. It fits:
 		// headers of packets with payload are at most 32 bytes.
 		if hl+n <= cap(buf) {
 			pkt.Payload = buf[hl : hl+n]
-			copy(pkt.Payload, buf[wire.BTHLen:wire.BTHLen+n])
+			copy(pkt.Payload, buf[ib.BTHLen:ib.BTHLen+n])
 		}
 	}
-	size := hl + n + (-n & 3) + wire.ICRCLen
+	size := hl + n + (-n & 3) + ib.ICRCLen
 	id := s.join(q.peer, size)
 	b, err := d.encodeID(q, pkt, wp, buf, id)
 	if err != nil {
@@ -573,7 +574,7 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, pkt *rc.Packet
 		d.ctrs.rcvErrors.Add(1)
 		return
 	}
-	if wp.BTH.Opcode.Transport() != wire.RC {
+	if wp.BTH.Opcode.Transport() != ib.RC {
 		d.ctrs.unknownQP.Add(1)
 		return
 	}
@@ -601,7 +602,7 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, pkt *rc.Packet
 		return
 	}
 	fromWire(wp, pkt)
-	if wp.BTH.AckReq && !wp.BTH.Opcode.Has(wire.MaskResponse) && (len(d.acks) == 0 || d.acks[len(d.acks)-1] != q) && len(d.acks) < cap(d.acks) {
+	if wp.BTH.AckReq && !wp.BTH.Opcode.Has(ib.MaskResponse) && (len(d.acks) == 0 || d.acks[len(d.acks)-1] != q) && len(d.acks) < cap(d.acks) {
 		d.acks = append(d.acks, q)
 	}
 	q.eng.Receive(now, pkt)
@@ -610,7 +611,7 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, pkt *rc.Packet
 	// counts: RNR NAKs, error NAKs); for a request, whose counts no
 	// completion waits on, once per batch (syncStats costs a dozen
 	// atomic adds, as much as the rest of a data packet's receive).
-	if wp.BTH.Opcode.Has(wire.MaskResponse) || len(d.touched) == cap(d.touched) && cap(d.touched) > 0 {
+	if wp.BTH.Opcode.Has(ib.MaskResponse) || len(d.touched) == cap(d.touched) && cap(d.touched) > 0 {
 		q.syncStats()
 	} else if len(d.touched) == 0 || d.touched[len(d.touched)-1] != q {
 		d.touched = append(d.touched, q)

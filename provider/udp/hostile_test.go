@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/provider/udp"
 	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/wire"
@@ -52,7 +53,7 @@ func TestHostileInput(t *testing.T) {
 		send(b)
 	}
 	// A well-formed WRITE Only to a QPN nobody has.
-	p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCWriteOnly, PKey: 0xffff, DestQP: 0xabcdef, AckReq: true, PSN: 1},
+	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCWriteOnly, PKey: 0xffff, DestQP: 0xabcdef, AckReq: true, PSN: 1},
 		RETH: wire.RETH{VA: 0x1000, RKey: 0x1234, DMALen: 8}, Payload: make([]byte, 8)}
 	good, err := wire.AppendIB(nil, &p, &pre)
 	if err != nil {
@@ -65,7 +66,7 @@ func TestHostileInput(t *testing.T) {
 	send(bad)
 	// Truncated headers.
 	send(good[:10])
-	send(good[:wire.BTHLen+4])
+	send(good[:ib.BTHLen+4])
 
 	deadline := time.Now().Add(10 * time.Second)
 	var now udp.PortCounters

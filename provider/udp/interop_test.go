@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/internal/pcap"
 	"github.com/ibex-rdma/ibex/internal/shared"
 	"github.com/ibex-rdma/ibex/rc"
@@ -51,7 +52,7 @@ type rxeFrame struct {
 	src  netip.AddrPort
 	dst  netip.AddrPort
 	id   uint16 // IPv4 identification (0 for IPv6)
-	op   wire.Opcode
+	op   ib.Opcode
 	ib   []byte // the UDP payload
 }
 
@@ -201,7 +202,7 @@ func TestRxeReceive(t *testing.T) {
 	frames := rxeFrames(t, "")
 	rcFrames := 0
 	for _, f := range frames {
-		if f.op.Transport() == wire.RC {
+		if f.op.Transport() == ib.RC {
 			rcFrames++
 		}
 	}
@@ -229,7 +230,7 @@ func TestRxeReceive(t *testing.T) {
 					}
 					delivered++
 				}
-				if f.op.Transport() != wire.RC {
+				if f.op.Transport() != ib.RC {
 					continue
 				}
 				d := devs[f.dst]
@@ -265,7 +266,7 @@ func TestRxeReceiveCorrupt(t *testing.T) {
 	frames := rxeFrames(t, "")
 	n := 0
 	for _, f := range frames {
-		if f.op.Transport() != wire.RC {
+		if f.op.Transport() != ib.RC {
 			continue
 		}
 		d := testDevice(f.dst)
@@ -303,7 +304,7 @@ func TestRxeReceiveCorruptSweep(t *testing.T) {
 	frames := rxeFrames(t, "")
 	var total, masked, icrc, decode, nonRC, passed, passed6 int
 	for _, f := range frames {
-		if f.op.Transport() != wire.RC {
+		if f.op.Transport() != ib.RC {
 			continue
 		}
 		d := testDevice(f.dst)
@@ -327,7 +328,7 @@ func TestRxeReceiveCorruptSweep(t *testing.T) {
 				icrc++
 			case got == rcvCounters{before.rcvErrors + 1, before.icrcErrors, before.unknownQP}:
 				decode++
-			case got == rcvCounters{before.rcvErrors, before.icrcErrors, before.unknownQP + 1} && wire.Opcode(b[0]).Transport() != wire.RC:
+			case got == rcvCounters{before.rcvErrors, before.icrcErrors, before.unknownQP + 1} && ib.Opcode(b[0]).Transport() != ib.RC:
 				nonRC++
 			case got == rcvCounters{before.rcvErrors, before.icrcErrors, before.unknownQP + 1}:
 				passed++
@@ -521,14 +522,14 @@ func runSendQP(t *testing.T, name string, rnr int, minRNR uint8) {
 			want = append(want, f)
 			continue
 		}
-		if f.op.Has(wire.MaskSend) && !seen[psnOf(f.ib)] {
+		if f.op.Has(ib.MaskSend) && !seen[psnOf(f.ib)] {
 			seen[psnOf(f.ib)] = true
 			var p wire.Packet
 			if err := wire.DecodeIB(f.ib, &p); err != nil {
 				t.Fatal(err)
 			}
 			cur = append(cur, p.Payload...)
-			if f.op.Has(wire.MaskLast) {
+			if f.op.Has(ib.MaskLast) {
 				msgs, cur = append(msgs, cur), nil
 			}
 		}
@@ -568,7 +569,7 @@ func runSendQP(t *testing.T, name string, rnr int, minRNR uint8) {
 		}
 		f := want[i]
 		b := got[i]
-		if len(b) != len(f.ib) || !bytes.Equal(b[:len(b)-wire.ICRCLen], f.ib[:len(f.ib)-wire.ICRCLen]) {
+		if len(b) != len(f.ib) || !bytes.Equal(b[:len(b)-ib.ICRCLen], f.ib[:len(f.ib)-ib.ICRCLen]) {
 			var r wire.Packet
 			_ = wire.DecodeIB(f.ib, &r)
 			t.Errorf("rxe %v: ibex sent %v\nrxe  % x\nibex % x", f, &p, f.ib, b)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/wire"
@@ -162,7 +163,7 @@ func (q *qpDriver) issue(ssn uint64) {
 // encode turns an engine packet into a RoCEv2 datagram in buf.
 func (q *qpDriver) encode(p *rc.Packet, wp *wire.Packet, buf []byte) ([]byte, error) {
 	*wp = wire.Packet{Payload: p.Payload}
-	wp.BTH = wire.BTH{Opcode: wire.Opcode(p.Opcode), SE: p.SE, PKey: 0xffff, DestQP: q.destQPN, AckReq: p.AckReq, PSN: p.PSN}
+	wp.BTH = wire.BTH{Opcode: ib.Opcode(p.Opcode), SE: p.SE, PKey: 0xffff, DestQP: q.destQPN, AckReq: p.AckReq, PSN: p.PSN}
 	switch {
 	case rc.HasAtomicETH(p.Opcode):
 		wp.AtomicETH = wire.AtomicETH{VA: p.VA, RKey: p.RKey, SwapAdd: p.SwapAdd, Compare: p.Compare}
@@ -170,7 +171,7 @@ func (q *qpDriver) encode(p *rc.Packet, wp *wire.Packet, buf []byte) ([]byte, er
 		wp.RETH = wire.RETH{VA: p.VA, RKey: p.RKey, DMALen: p.DMALen}
 	}
 	if rc.HasAETH(p.Opcode) {
-		wp.AETH = wire.AETH{Syndrome: wire.Syndrome(p.Syndrome), MSN: p.MSN}
+		wp.AETH = wire.AETH{Syndrome: ib.Syndrome(p.Syndrome), MSN: p.MSN}
 	}
 	wp.AtomicAck = p.Orig
 	wp.Imm = p.Imm

@@ -1,4 +1,4 @@
-package wire
+package ib
 
 import "fmt"
 
@@ -101,7 +101,8 @@ const (
 	// MaskOnly marks a single-packet message.
 	MaskOnly = MaskFirst | MaskLast
 
-	maskHeaders = MaskDETH | MaskRETH | MaskAtomicETH | MaskAETH | MaskAtomicAckETH | MaskImmDt | MaskIETH
+	// MaskHeaders is every extension-header bit.
+	MaskHeaders = MaskDETH | MaskRETH | MaskAtomicETH | MaskAETH | MaskAtomicAckETH | MaskImmDt | MaskIETH
 )
 
 // Extension header sizes in bytes (IBA 9.3; rxe_hdr.h).

@@ -1,16 +1,16 @@
-package wire_test
+package ib_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/ibex-rdma/ibex/wire"
+	"github.com/ibex-rdma/ibex/ib"
 )
 
 // rxeOpcodes transcribes the header composition of rxe_opcode.c (and IBA
 // Table 38) independently of opcode.go: the extension headers in wire order,
 // then the kind flags.
-var rxeOpcodes = map[wire.Opcode]string{
+var rxeOpcodes = map[ib.Opcode]string{
 	0x00: "payload | req send recv first",
 	0x01: "payload | req send middle",
 	0x02: "payload | req send comp last",
@@ -38,20 +38,20 @@ var rxeOpcodes = map[wire.Opcode]string{
 	0x65: "DETH ImmDt payload | req send recv comp first last",
 }
 
-func describe(m wire.Mask) string {
+func describe(m ib.Mask) string {
 	var hs, ks []string
 	for _, b := range []struct {
-		bit  wire.Mask
+		bit  ib.Mask
 		name string
 		hdr  bool
 	}{
-		{wire.MaskDETH, "DETH", true}, {wire.MaskRETH, "RETH", true}, {wire.MaskAtomicETH, "AtomicETH", true},
-		{wire.MaskAETH, "AETH", true}, {wire.MaskAtomicAckETH, "AtomicAckETH", true}, {wire.MaskImmDt, "ImmDt", true},
-		{wire.MaskIETH, "IETH", true}, {wire.MaskPayload, "payload", true},
-		{wire.MaskRequest, "req", false}, {wire.MaskResponse, "resp", false}, {wire.MaskSend, "send", false},
-		{wire.MaskWrite, "write", false}, {wire.MaskRead, "read", false}, {wire.MaskAtomic, "atomic", false},
-		{wire.MaskRecv, "recv", false}, {wire.MaskComplete, "comp", false},
-		{wire.MaskFirst, "first", false}, {wire.MaskMiddle, "middle", false}, {wire.MaskLast, "last", false},
+		{ib.MaskDETH, "DETH", true}, {ib.MaskRETH, "RETH", true}, {ib.MaskAtomicETH, "AtomicETH", true},
+		{ib.MaskAETH, "AETH", true}, {ib.MaskAtomicAckETH, "AtomicAckETH", true}, {ib.MaskImmDt, "ImmDt", true},
+		{ib.MaskIETH, "IETH", true}, {ib.MaskPayload, "payload", true},
+		{ib.MaskRequest, "req", false}, {ib.MaskResponse, "resp", false}, {ib.MaskSend, "send", false},
+		{ib.MaskWrite, "write", false}, {ib.MaskRead, "read", false}, {ib.MaskAtomic, "atomic", false},
+		{ib.MaskRecv, "recv", false}, {ib.MaskComplete, "comp", false},
+		{ib.MaskFirst, "first", false}, {ib.MaskMiddle, "middle", false}, {ib.MaskLast, "last", false},
 	} {
 		if m&b.bit == 0 {
 			continue
@@ -69,9 +69,9 @@ func TestOpcodeTable(t *testing.T) {
 	hdrLen := map[string]int{"DETH": 8, "RETH": 16, "AtomicETH": 28, "AETH": 4, "AtomicAckETH": 8, "ImmDt": 4, "IETH": 4, "payload": 0}
 	n := 0
 	for op := range 256 {
-		o := wire.Opcode(op)
+		o := ib.Opcode(op)
 		want, ok := rxeOpcodes[o]
-		if uc := o &^ 0x20; o.Transport() == wire.UC && uc <= wire.RCWriteOnlyImm {
+		if uc := o &^ 0x20; o.Transport() == ib.UC && uc <= ib.RCWriteOnlyImm {
 			want, ok = rxeOpcodes[uc] // UC: the SEND and WRITE opcodes of RC at 0x20 + op
 		}
 		if o.Valid() != ok {
@@ -95,23 +95,23 @@ func TestOpcodeTable(t *testing.T) {
 		if o.HeaderLen() != l {
 			t.Errorf("%v: header length %d, want %d", o, o.HeaderLen(), l)
 		}
-		if o.Has(wire.MaskRequest) == o.Has(wire.MaskResponse) {
+		if o.Has(ib.MaskRequest) == o.Has(ib.MaskResponse) {
 			t.Errorf("%v: must be exactly one of request and response", o)
 		}
 	}
 	if n != 23+12+2 {
 		t.Errorf("%d opcodes, want 37 (23 RC, 12 UC, 2 UD)", n)
 	}
-	for o, name := range map[wire.Opcode]string{
-		wire.RCSendOnly: "RC SEND Only", wire.RCReadResponseFirst: "RC RDMA READ response First",
-		wire.RCAck: "RC Acknowledge", wire.RCCompareSwap: "RC CmpSwap", wire.RCSendOnlyInvalidate: "RC SEND Only with Invalidate",
-		wire.UCWriteLastImm: "UC RDMA WRITE Last with Immediate", wire.UDSendOnly: "UD SEND only",
+	for o, name := range map[ib.Opcode]string{
+		ib.RCSendOnly: "RC SEND Only", ib.RCReadResponseFirst: "RC RDMA READ response First",
+		ib.RCAck: "RC Acknowledge", ib.RCCompareSwap: "RC CmpSwap", ib.RCSendOnlyInvalidate: "RC SEND Only with Invalidate",
+		ib.UCWriteLastImm: "UC RDMA WRITE Last with Immediate", ib.UDSendOnly: "UD SEND only",
 	} {
 		if o.String() != name {
 			t.Errorf("%#02x: %q, want %q", uint8(o), o.String(), name)
 		}
 	}
-	if wire.RC.String() != "RC" || wire.UD.String() != "UD" || wire.Opcode(0x80).Transport().String() != "CNP" {
+	if ib.RC.String() != "RC" || ib.UD.String() != "UD" || ib.Opcode(0x80).Transport().String() != "CNP" {
 		t.Error("transport names")
 	}
 }

@@ -1,4 +1,4 @@
-package wire
+package ib
 
 // PSNs are 24-bit sequence numbers that wrap. Comparisons use a window of
 // ±2^23 around the reference, as rxe's psn_compare does.
