@@ -32,6 +32,10 @@ type DeviceAttr struct {
 	MaxInlineData   int
 	MaxMsgSize      uint64
 	AtomicCap       AtomicCap
+	// Caps is what the transport guarantees beyond the limits above.
+	// Programs decide by it, never by a device's name: a device added
+	// later, or a new provider, gets every path its guarantees allow.
+	Caps DeviceCap
 }
 
 // PortAttr are a port's attributes (ibv_port_attr).

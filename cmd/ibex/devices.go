@@ -136,6 +136,7 @@ func writeDeviceInfo(w io.Writer, device string) error {
 	dev("max_inline_data", "%d", a.MaxInlineData)
 	dev("max_msg_sz", "0x%x", a.MaxMsgSize)
 	dev("atomic_cap", "%v (%d)", a.AtomicCap, uint8(a.AtomicCap))
+	dev("ibex_caps", "%v (%#x)", a.Caps, uint32(a.Caps))
 	for i, p := range ports {
 		ew.printf("\t\tport:\t%d\n", i+1)
 		port("state", "%v (%d)", p.State, uint8(p.State))

@@ -109,6 +109,7 @@ func TestDevicesVerboseShowsQueryDevice(t *testing.T) {
 		"max_inline_data":     fmt.Sprint(a.MaxInlineData),
 		"max_msg_sz":          fmt.Sprintf("0x%x", a.MaxMsgSize),
 		"atomic_cap":          fmt.Sprintf("%v (%d)", a.AtomicCap, a.AtomicCap),
+		"ibex_caps":           fmt.Sprintf("%v (%#x)", a.Caps, uint32(a.Caps)),
 		"port":                "1",
 		"port1.state":         fmt.Sprintf("%v (%d)", p.State, p.State),
 		"port1.max_mtu":       fmt.Sprintf("%d (%d)", p.MaxMTU.Bytes(), p.MaxMTU),

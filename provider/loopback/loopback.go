@@ -79,6 +79,9 @@ var attr = verbs.DeviceAttr{
 	MaxInlineData:   512,
 	MaxMsgSize:      1 << 31,
 	AtomicCap:       verbs.AtomicGlob,
+	// The poster's goroutine executes each request against the target QP's
+	// memory (in this process only) and completes it at once.
+	Caps: verbs.CapOneSided | verbs.CapCompleteAtPost,
 }
 
 type driver struct {

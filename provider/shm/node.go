@@ -209,6 +209,9 @@ var attr = verbs.DeviceAttr{
 	MaxInlineData:   512,
 	MaxMsgSize:      1 << 31,
 	AtomicCap:       verbs.AtomicGlob,
+	// The initiator copies into the target's shared pool in PostSend, in
+	// program order, with no part for the target's CPU.
+	Caps: verbs.CapSameHost | verbs.CapOneSided | verbs.CapOrderedPlacement | verbs.CapCompleteAtPost,
 }
 
 func (n *node) DeviceAttr() verbs.DeviceAttr {

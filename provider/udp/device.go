@@ -697,6 +697,9 @@ var attr = verbs.DeviceAttr{
 	MaxInlineData:   512,
 	MaxMsgSize:      1 << 31,
 	AtomicCap:       verbs.AtomicGlob,
+	// The responder places packets in PSN order, word by word, into
+	// PD.AllocMR's mmapped memory; the device loop is a goroutine of its own.
+	Caps: verbs.CapSameHost | verbs.CapOtherHosts | verbs.CapOrderedPlacement | verbs.CapProgressThread,
 }
 
 func (drv *driver) DeviceAttr() verbs.DeviceAttr { return attr }
