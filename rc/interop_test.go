@@ -73,7 +73,7 @@ type capInfo struct {
 	vec   *vectors
 	// wantStatus is the requester completion status of work request i
 	// where it is not Success.
-	wantStatus map[int]rc.Status
+	wantStatus map[int]ib.WCStatus
 }
 
 var capInfos = map[string]capInfo{
@@ -82,7 +82,7 @@ var capInfos = map[string]capInfo{
 	"rc_vectors_ipv6":       {mtu: 1024, vec: &vectors{rkey: 0x000010ab, base: 0x000055b2cd8bd000}},
 	// rxe-vectors -e: the server's MR has rkey 0x1194
 	// (logs/rc_naks_rnr_access.server.txt); the WRITE names 0x00ffee94.
-	"rc_naks_rnr_access": {mtu: 1024, rnr: 4, rkeys: []uint32{0x00001194}, wantStatus: map[int]rc.Status{1: rc.RemAccessErr}},
+	"rc_naks_rnr_access": {mtu: 1024, rnr: 4, rkeys: []uint32{0x00001194}, wantStatus: map[int]ib.WCStatus{1: ib.WCRemAccessErr}},
 }
 
 func info(name string) capInfo {
@@ -252,15 +252,15 @@ func conns(t *testing.T, name string, fs []*frame) []*conn {
 
 func toWire(p *rc.Packet) wire.Packet {
 	wp := wire.Packet{Payload: p.Payload}
-	wp.BTH = wire.BTH{Opcode: ib.Opcode(p.Opcode), SE: p.SE, PKey: 0xffff, DestQP: p.DestQPN, AckReq: p.AckReq, PSN: p.PSN}
+	wp.BTH = wire.BTH{Opcode: p.Opcode, SE: p.SE, PKey: 0xffff, DestQP: p.DestQPN, AckReq: p.AckReq, PSN: p.PSN}
 	switch {
-	case rc.HasAtomicETH(p.Opcode):
+	case p.Opcode.Has(ib.MaskAtomicETH):
 		wp.AtomicETH = wire.AtomicETH{VA: p.VA, RKey: p.RKey, SwapAdd: p.SwapAdd, Compare: p.Compare}
-	case rc.HasRETH(p.Opcode):
+	case p.Opcode.Has(ib.MaskRETH):
 		wp.RETH = wire.RETH{VA: p.VA, RKey: p.RKey, DMALen: p.DMALen}
 	}
-	if rc.HasAETH(p.Opcode) {
-		wp.AETH = wire.AETH{Syndrome: ib.Syndrome(p.Syndrome), MSN: p.MSN}
+	if p.Opcode.Has(ib.MaskAETH) {
+		wp.AETH = wire.AETH{Syndrome: p.Syndrome, MSN: p.MSN}
 	}
 	wp.AtomicAck = p.Orig
 	wp.Imm = p.Imm
@@ -268,10 +268,10 @@ func toWire(p *rc.Packet) wire.Packet {
 }
 
 func fromWire(wp *wire.Packet) rc.Packet {
-	op := uint8(wp.BTH.Opcode)
+	op := wp.BTH.Opcode
 	p := rc.Packet{Opcode: op, SE: wp.BTH.SE, AckReq: wp.BTH.AckReq, DestQPN: wp.BTH.DestQP, PSN: wp.BTH.PSN,
-		Syndrome: uint8(wp.AETH.Syndrome), MSN: wp.AETH.MSN, Orig: wp.AtomicAck, Imm: wp.Imm, Payload: wp.Payload}
-	if rc.HasAtomicETH(op) {
+		Syndrome: wp.AETH.Syndrome, MSN: wp.AETH.MSN, Orig: wp.AtomicAck, Imm: wp.Imm, Payload: wp.Payload}
+	if op.Has(ib.MaskAtomicETH) {
 		p.VA, p.RKey, p.SwapAdd, p.Compare = wp.AtomicETH.VA, wp.AtomicETH.RKey, wp.AtomicETH.SwapAdd, wp.AtomicETH.Compare
 	} else {
 		p.VA, p.RKey, p.DMALen = wp.RETH.VA, wp.RETH.RKey, wp.RETH.DMALen
@@ -450,7 +450,7 @@ func (m *memory) setWord(va, v uint64) {
 }
 
 type recvDone struct {
-	st            rc.Status
+	st            ib.WCStatus
 	n, imm        uint32
 	hasImm, write bool
 	data          []byte
@@ -483,8 +483,8 @@ func (h *respHost) AtomicResult(uint64, uint64) bool {
 	h.t.Error("responder: AtomicResult called")
 	return false
 }
-func (h *respHost) SendComplete(id uint64, st rc.Status, n uint32) {
-	h.t.Errorf("responder: SendComplete(%d, %v, %d) with nothing posted", id, st, n)
+func (h *respHost) SendComplete(id uint64, st ib.WCStatus, n uint32, cause error) {
+	h.t.Errorf("responder: SendComplete(%d, %v, %d, %v) with nothing posted", id, st, n, cause)
 }
 
 func (h *respHost) RecvBegin() bool {
@@ -497,23 +497,23 @@ func (h *respHost) RecvBegin() bool {
 	return true
 }
 
-func (h *respHost) RecvPlace(off uint32, src []byte) rc.Status {
+func (h *respHost) RecvPlace(off uint32, src []byte) ib.WCStatus {
 	if int(off) != len(h.cur) {
 		h.t.Errorf("RecvPlace at %d, have %d bytes", off, len(h.cur))
 	}
 	h.cur = append(h.cur[:off], src...)
-	return rc.Success
+	return ib.WCSuccess
 }
 
-func (h *respHost) RecvComplete(st rc.Status, n uint32, imm uint32, hasImm, write bool) {
+func (h *respHost) RecvComplete(st ib.WCStatus, n uint32, imm uint32, hasImm, write bool) {
 	h.recvs = append(h.recvs, recvDone{st: st, n: n, imm: imm, hasImm: hasImm, write: write, data: bytes.Clone(h.cur)})
 }
 
-func (h *respHost) RemoteCheck(rkey uint32, va uint64, n uint32, need rc.Access) rc.Status {
+func (h *respHost) RemoteCheck(rkey uint32, va uint64, n uint32, need ib.Access) ib.WCStatus {
 	if !h.rkeys[rkey] {
-		return rc.RemAccessErr
+		return ib.WCRemAccessErr
 	}
-	return rc.Success
+	return ib.WCSuccess
 }
 
 func (h *respHost) RemoteWrite(rkey uint32, va uint64, src []byte) bool {
@@ -529,14 +529,14 @@ func (h *respHost) RemoteRead(rkey uint32, va uint64, dst []byte) bool {
 	return true
 }
 
-func (h *respHost) RemoteAtomic(rkey uint32, va uint64, op rc.Op, compareAdd, swap uint64) (uint64, bool) {
+func (h *respHost) RemoteAtomic(rkey uint32, va uint64, op ib.WROpcode, compareAdd, swap uint64) (uint64, bool) {
 	orig := h.mem.word(va)
 	switch op {
-	case rc.OpCmpSwap:
+	case ib.WRAtomicCmpAndSwp:
 		if orig == compareAdd {
 			h.mem.setWord(va, swap)
 		}
-	case rc.OpFetchAdd:
+	case ib.WRAtomicFetchAndAdd:
 		h.mem.setWord(va, orig+compareAdd)
 	}
 	h.atomics[va] = true
@@ -696,7 +696,7 @@ func runResponder(t *testing.T, c *conn, batched bool) {
 	}
 	e, err := rc.New(rc.Config{
 		QPN: c.qpn, DestQPN: c.peerQPN, RecvPSN: c.firstPSN, MTU: ci.mtu,
-		MinRNRTimer: rnrTimer, MaxDestRdAtomic: 16, Access: rc.RemoteWrite | rc.RemoteRead | rc.RemoteAtomic,
+		MinRNRTimer: rnrTimer, MaxDestRdAtomic: 16, Access: ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic,
 	}, h)
 	if err != nil {
 		t.Fatal(err)
@@ -830,7 +830,7 @@ func checkVectorsServer(t *testing.T, c *conn, h *respHost) {
 	}
 	for i, w := range want {
 		g := h.recvs[i]
-		if g.st != rc.Success || g.n != w.n || g.imm != w.imm || g.hasImm != w.hasImm || g.write != w.write || !bytes.Equal(g.data, w.data) {
+		if g.st != ib.WCSuccess || g.n != w.n || g.imm != w.imm || g.hasImm != w.hasImm || g.write != w.write || !bytes.Equal(g.data, w.data) {
 			t.Errorf("receive %d: got st %v len %d imm %#x/%v write %v (%d bytes placed), want len %d imm %#x/%v write %v",
 				i, g.st, g.n, g.imm, g.hasImm, g.write, len(g.data), w.n, w.imm, w.hasImm, w.write)
 		}
@@ -869,8 +869,9 @@ type reqHost struct {
 	read   map[uint64][]byte
 	orig   map[uint64]uint64
 	done   []uint64
-	status map[uint64]rc.Status
+	status map[uint64]ib.WCStatus
 	n      map[uint64]uint32
+	cause  error // of the error completion
 	fatal  error
 }
 
@@ -891,22 +892,28 @@ func (h *reqHost) ReadResponse(id uint64, off uint32, src []byte) bool {
 
 func (h *reqHost) AtomicResult(id uint64, orig uint64) bool { h.orig[id] = orig; return true }
 
-func (h *reqHost) SendComplete(id uint64, st rc.Status, n uint32) {
+func (h *reqHost) SendComplete(id uint64, st ib.WCStatus, n uint32, cause error) {
 	h.done = append(h.done, id)
 	h.status[id], h.n[id] = st, n
+	if (st == ib.WCSuccess) != (cause == nil) {
+		h.t.Errorf("SendComplete(%d, %v): cause %v", id, st, cause)
+	}
+	if cause != nil {
+		h.cause = cause
+	}
 }
 
 func (h *reqHost) RecvBegin() bool { h.t.Error("requester: RecvBegin called"); return false }
-func (h *reqHost) RecvPlace(uint32, []byte) rc.Status {
+func (h *reqHost) RecvPlace(uint32, []byte) ib.WCStatus {
 	h.t.Error("requester: RecvPlace called")
-	return rc.LocProtErr
+	return ib.WCLocProtErr
 }
-func (h *reqHost) RecvComplete(rc.Status, uint32, uint32, bool, bool) {
+func (h *reqHost) RecvComplete(ib.WCStatus, uint32, uint32, bool, bool) {
 	h.t.Error("requester: RecvComplete called")
 }
-func (h *reqHost) RemoteCheck(uint32, uint64, uint32, rc.Access) rc.Status {
+func (h *reqHost) RemoteCheck(uint32, uint64, uint32, ib.Access) ib.WCStatus {
 	h.t.Error("requester: RemoteCheck called")
-	return rc.RemAccessErr
+	return ib.WCRemAccessErr
 }
 func (h *reqHost) RemoteWrite(uint32, uint64, []byte) bool {
 	h.t.Error("requester: RemoteWrite")
@@ -916,7 +923,7 @@ func (h *reqHost) RemoteRead(uint32, uint64, []byte) bool {
 	h.t.Error("requester: RemoteRead")
 	return false
 }
-func (h *reqHost) RemoteAtomic(uint32, uint64, rc.Op, uint64, uint64) (uint64, bool) {
+func (h *reqHost) RemoteAtomic(uint32, uint64, ib.WROpcode, uint64, uint64) (uint64, bool) {
 	h.t.Error("requester: RemoteAtomic")
 	return 0, false
 }
@@ -926,33 +933,33 @@ func (h *reqHost) Fatal(cause error) { h.fatal = cause }
 // logs/rc_vectors_*.client.txt give them, against server MR v.
 func vectorsWRs(v *vectors) []wr {
 	type op struct {
-		op       rc.Op
+		op       ib.WROpcode
 		n        uint32
 		off      uint64
 		imm      uint32
 		cmp, swp uint64
 	}
 	ops := []op{
-		{op: rc.OpSend, n: 32},
-		{op: rc.OpSendImm, n: 32, imm: 0x11223344},
-		{op: rc.OpSend, n: 3000},
-		{op: rc.OpSendImm, n: 3000, imm: 0x55667788},
-		{op: rc.OpWrite, n: 32, off: 0x8000},
-		{op: rc.OpWrite, n: 3000, off: 0x9000},
-		{op: rc.OpWriteImm, n: 32, off: 0xa000, imm: 0xaabbccdd},
-		{op: rc.OpWriteImm, n: 3000, off: 0xb000, imm: 0xdeadbeef},
-		{op: rc.OpRead, n: 32, off: 0xc000},
-		{op: rc.OpRead, n: 3000, off: 0xd000},
-		{op: rc.OpCmpSwap, n: 8, off: vecAtomicOff, cmp: vecAtomicInit, swp: 0x2222222222222222},
-		{op: rc.OpFetchAdd, n: 8, off: vecAtomicOff, cmp: 1},
+		{op: ib.WRSend, n: 32},
+		{op: ib.WRSendWithImm, n: 32, imm: 0x11223344},
+		{op: ib.WRSend, n: 3000},
+		{op: ib.WRSendWithImm, n: 3000, imm: 0x55667788},
+		{op: ib.WRRDMAWrite, n: 32, off: 0x8000},
+		{op: ib.WRRDMAWrite, n: 3000, off: 0x9000},
+		{op: ib.WRRDMAWriteWithImm, n: 32, off: 0xa000, imm: 0xaabbccdd},
+		{op: ib.WRRDMAWriteWithImm, n: 3000, off: 0xb000, imm: 0xdeadbeef},
+		{op: ib.WRRDMARead, n: 32, off: 0xc000},
+		{op: ib.WRRDMARead, n: 3000, off: 0xd000},
+		{op: ib.WRAtomicCmpAndSwp, n: 8, off: vecAtomicOff, cmp: vecAtomicInit, swp: 0x2222222222222222},
+		{op: ib.WRAtomicFetchAndAdd, n: 8, off: vecAtomicOff, cmp: 1},
 	}
 	wrs := make([]wr, len(ops))
 	for i, o := range ops {
 		w := wr{Request: rc.Request{ID: uint64(i), Op: o.op, Len: o.n, Imm: o.imm, CompareAdd: o.cmp, Swap: o.swp}}
-		if o.op != rc.OpSend && o.op != rc.OpSendImm {
+		if o.op != ib.WRSend && o.op != ib.WRSendWithImm {
 			w.RemoteAddr, w.RKey = v.base+o.off, v.rkey
 		}
-		if o.op <= rc.OpWriteImm {
+		if !o.op.IsRdAtomic() { // SEND or WRITE
 			w.data = vecPayload(i+1, int(o.n))
 		}
 		wrs[i] = w
@@ -983,18 +990,18 @@ func recoverWRs(t *testing.T, c *conn) []wr {
 			cur = &wrs[len(wrs)-1]
 			switch {
 			case m&ib.MaskSend != 0:
-				cur.Op = rc.OpSend
+				cur.Op = ib.WRSend
 			case m&ib.MaskWrite != 0:
-				cur.Op = rc.OpWrite
+				cur.Op = ib.WRRDMAWrite
 				cur.RemoteAddr, cur.RKey, cur.Len = p.RETH.VA, p.RETH.RKey, p.RETH.DMALen
 			case op == ib.RCReadRequest:
-				cur.Op = rc.OpRead
+				cur.Op = ib.WRRDMARead
 				cur.RemoteAddr, cur.RKey, cur.Len = p.RETH.VA, p.RETH.RKey, p.RETH.DMALen
 			case op == ib.RCCompareSwap:
-				cur.Op, cur.Len = rc.OpCmpSwap, 8
+				cur.Op, cur.Len = ib.WRAtomicCmpAndSwp, 8
 				cur.RemoteAddr, cur.RKey, cur.CompareAdd, cur.Swap = p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.Compare, p.AtomicETH.SwapAdd
 			case op == ib.RCFetchAdd:
-				cur.Op, cur.Len = rc.OpFetchAdd, 8
+				cur.Op, cur.Len = ib.WRAtomicFetchAndAdd, 8
 				cur.RemoteAddr, cur.RKey, cur.CompareAdd = p.AtomicETH.VA, p.AtomicETH.RKey, p.AtomicETH.SwapAdd
 			}
 		} else if cur == nil {
@@ -1003,16 +1010,16 @@ func recoverWRs(t *testing.T, c *conn) []wr {
 		cur.data = append(cur.data, p.Payload...)
 		if m&ib.MaskImmDt != 0 {
 			cur.Imm = p.Imm
-			if cur.Op == rc.OpSend {
-				cur.Op = rc.OpSendImm
+			if cur.Op == ib.WRSend {
+				cur.Op = ib.WRSendWithImm
 			} else {
-				cur.Op = rc.OpWriteImm
+				cur.Op = ib.WRRDMAWriteWithImm
 			}
 		}
 		if m&ib.MaskLast != 0 || op == ib.RCReadRequest || m&ib.MaskAtomicETH != 0 {
-			if cur.Op == rc.OpSend || cur.Op == rc.OpSendImm {
+			if cur.Op == ib.WRSend || cur.Op == ib.WRSendWithImm {
 				cur.Len = uint32(len(cur.data))
-			} else if (cur.Op == rc.OpWrite || cur.Op == rc.OpWriteImm) && int(cur.Len) != len(cur.data) {
+			} else if (cur.Op == ib.WRRDMAWrite || cur.Op == ib.WRRDMAWriteWithImm) && int(cur.Len) != len(cur.data) {
 				t.Fatalf("%v: WRITE of %d bytes carried %d", fr, cur.Len, len(cur.data))
 			}
 			cur = nil
@@ -1061,7 +1068,7 @@ func runRequester(t *testing.T, c *conn) {
 	} else {
 		wrs = recoverWRs(t, c)
 	}
-	h := &reqHost{t: t, wrs: wrs, read: map[uint64][]byte{}, orig: map[uint64]uint64{}, status: map[uint64]rc.Status{}, n: map[uint64]uint32{}}
+	h := &reqHost{t: t, wrs: wrs, read: map[uint64][]byte{}, orig: map[uint64]uint64{}, status: map[uint64]ib.WCStatus{}, n: map[uint64]uint32{}}
 	e, err := rc.New(rc.Config{
 		QPN: c.peerQPN, DestQPN: c.qpn, SendPSN: c.firstPSN, MTU: ci.mtu,
 		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16, // Timeout 0: no retransmit timer
@@ -1134,17 +1141,17 @@ func runRequester(t *testing.T, c *conn) {
 		w := wrs[id]
 		want, ok := ci.wantStatus[int(id)]
 		if !ok {
-			want = rc.Success
+			want = ib.WCSuccess
 		}
 		if id != uint64(i) || h.status[id] != want {
 			t.Errorf("completion %d: wr %d status %v, want wr %d %v", i, id, h.status[id], i, want)
 			continue
 		}
-		if want == rc.Success && h.n[id] != w.Len {
+		if want == ib.WCSuccess && h.n[id] != w.Len {
 			t.Errorf("wr %d: completed %d bytes, want %d", id, h.n[id], w.Len)
 		}
 		switch w.Op {
-		case rc.OpRead:
+		case ib.WRRDMARead:
 			var want []byte
 			if v := ci.vec; v != nil {
 				want = make([]byte, w.Len)
@@ -1157,21 +1164,24 @@ func runRequester(t *testing.T, c *conn) {
 			if !bytes.Equal(h.read[id], want) {
 				t.Errorf("wr %d: READ data placed differs from the data rxe returned", id)
 			}
-		case rc.OpCmpSwap, rc.OpFetchAdd:
+		case ib.WRAtomicCmpAndSwp, ib.WRAtomicFetchAndAdd:
 			want := atomicOrig(c, w.psn)
 			if ci.vec != nil {
-				want = [...]uint64{rc.OpCmpSwap: vecAtomicInit, rc.OpFetchAdd: 0x2222222222222222}[w.Op]
+				want = [...]uint64{ib.WRAtomicCmpAndSwp: vecAtomicInit, ib.WRAtomicFetchAndAdd: 0x2222222222222222}[w.Op]
 			}
 			if h.orig[id] != want {
 				t.Errorf("wr %d: atomic result %#x, want %#x", id, h.orig[id], want)
 			}
 		}
 	}
-	if len(ci.wantStatus) == 0 && h.fatal != nil {
-		t.Errorf("Fatal: %v", h.fatal)
+	if h.fatal != nil {
+		t.Errorf("Fatal: %v (a requester's errors are send completions)", h.fatal)
 	}
-	if len(ci.wantStatus) > 0 && (h.fatal == nil || !strings.Contains(h.fatal.Error(), "remote access")) {
-		t.Errorf("Fatal cause %v, want a remote access error", h.fatal)
+	if len(ci.wantStatus) == 0 && h.cause != nil {
+		t.Errorf("error completion: %v", h.cause)
+	}
+	if len(ci.wantStatus) > 0 && (h.cause == nil || !strings.Contains(h.cause.Error(), "remote access")) {
+		t.Errorf("error completion cause %v, want a remote access error", h.cause)
 	}
 }
 

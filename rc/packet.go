@@ -1,91 +1,84 @@
 package rc
 
+import "github.com/ibex-rdma/ibex/ib"
+
 // Packet is the transport part of an RC packet as the engine sees it: the
-// BTH fields it uses and the extension headers the opcode carries. The
-// caller encodes and decodes it with package wire.
+// BTH fields it uses and the extension headers the opcode carries (which
+// ones: Opcode.Has(ib.MaskRETH), ...). Package rcwire maps it to and from
+// wire.Packet.
 type Packet struct {
-	Opcode   uint8
+	Opcode   ib.Opcode
 	SE       bool // solicited event
 	AckReq   bool
 	DestQPN  uint32
 	PSN      uint32
-	VA       uint64 // RETH or AtomicETH
-	RKey     uint32 // RETH or AtomicETH
-	DMALen   uint32 // RETH
-	Syndrome uint8  // AETH
-	MSN      uint32 // AETH
-	SwapAdd  uint64 // AtomicETH swap or add value
-	Compare  uint64 // AtomicETH compare value
-	Orig     uint64 // AtomicAckETH
-	Imm      uint32 // ImmDt
+	VA       uint64      // RETH or AtomicETH
+	RKey     uint32      // RETH or AtomicETH
+	DMALen   uint32      // RETH
+	Syndrome ib.Syndrome // AETH
+	MSN      uint32      // AETH
+	SwapAdd  uint64      // AtomicETH swap or add value
+	Compare  uint64      // AtomicETH compare value
+	Orig     uint64      // AtomicAckETH
+	Imm      uint32      // ImmDt
 	Payload  []byte
 }
 
-// RC opcodes (IBA table 38).
-const (
-	OpcSendFirst        = 0x00
-	OpcSendMiddle       = 0x01
-	OpcSendLast         = 0x02
-	OpcSendLastImm      = 0x03
-	OpcSendOnly         = 0x04
-	OpcSendOnlyImm      = 0x05
-	OpcWriteFirst       = 0x06
-	OpcWriteMiddle      = 0x07
-	OpcWriteLast        = 0x08
-	OpcWriteLastImm     = 0x09
-	OpcWriteOnly        = 0x0a
-	OpcWriteOnlyImm     = 0x0b
-	OpcReadRequest      = 0x0c
-	OpcReadRespFirst    = 0x0d
-	OpcReadRespMiddle   = 0x0e
-	OpcReadRespLast     = 0x0f
-	OpcReadRespOnly     = 0x10
-	OpcAck              = 0x11
-	OpcAtomicAck        = 0x12
-	OpcCmpSwap          = 0x13
-	OpcFetchAdd         = 0x14
-	lastKnownRequestOpc = OpcFetchAdd
-)
+// synReserved is bit 7 of an AETH syndrome, which must be zero; the engine
+// drops an acknowledgement that sets it.
+const synReserved ib.Syndrome = 0x80
 
-// AETH syndromes.
-const (
-	synACK       = 0x1f // ACK, credits invalid (what rxe sends)
-	synRNR       = 0x20 // | timer code
-	synNAKSeq    = 0x60
-	synNAKInvReq = 0x61
-	synNAKAccess = 0x62
-	synNAKRemOp  = 0x63
-)
-
-func isResponse(op uint8) bool { return op >= OpcReadRespFirst && op <= OpcAtomicAck }
-
-// HasRETH, HasAETH, ... say which extension headers an RC opcode carries.
-func HasRETH(op uint8) bool {
-	return op == OpcWriteFirst || op == OpcWriteOnly || op == OpcWriteOnlyImm || op == OpcReadRequest
+// dataOpcode is the BTH opcode of a SEND or RDMA WRITE packet of work
+// request op: first and last say where the packet is in its message.
+func dataOpcode(op ib.WROpcode, first, last bool) ib.Opcode {
+	base := ib.RCSendFirst
+	if op == ib.WRRDMAWrite || op == ib.WRRDMAWriteWithImm {
+		base = ib.RCWriteFirst
+	}
+	imm := op.HasImm()
+	switch {
+	case first && last && imm:
+		return base + 5 // ONLY_WITH_IMMEDIATE
+	case first && last:
+		return base + 4 // ONLY
+	case first:
+		return base
+	case last && imm:
+		return base + 3 // LAST_WITH_IMMEDIATE
+	case last:
+		return base + 2
+	}
+	return base + 1 // MIDDLE
 }
 
-// HasAETH reports whether op carries an AETH.
-func HasAETH(op uint8) bool {
-	return op == OpcReadRespFirst || op == OpcReadRespLast || op == OpcReadRespOnly || op == OpcAck || op == OpcAtomicAck
+// atomicOp is the work-request opcode the responder executes for an atomic
+// request packet (RCCompareSwap or RCFetchAdd).
+func atomicOp(op ib.Opcode) ib.WROpcode {
+	if op == ib.RCCompareSwap {
+		return ib.WRAtomicCmpAndSwp
+	}
+	return ib.WRAtomicFetchAndAdd
 }
 
-// HasImm reports whether op carries ImmDt.
-func HasImm(op uint8) bool {
-	return op == OpcSendLastImm || op == OpcSendOnlyImm || op == OpcWriteLastImm || op == OpcWriteOnlyImm
+// nakStatus is the completion status of a request the responder answered
+// with error NAK s, and the NAK's name for the cause.
+func nakStatus(s ib.Syndrome) (ib.WCStatus, string) {
+	switch s {
+	case ib.SynNAKInvalidRequest:
+		return ib.WCRemInvReqErr, "invalid request"
+	case ib.SynNAKRemoteAccess:
+		return ib.WCRemAccessErr, "remote access error"
+	}
+	return ib.WCRemOpErr, "remote operational error"
 }
 
-// HasAtomicETH reports whether op carries an AtomicETH.
-func HasAtomicETH(op uint8) bool { return op == OpcCmpSwap || op == OpcFetchAdd }
-
-// HasPayload reports whether op may carry payload.
-func HasPayload(op uint8) bool {
-	return op <= OpcWriteOnlyImm || (op >= OpcReadRespFirst && op <= OpcReadRespOnly)
+// nakKind is the error a responder's cause wraps when it sends error NAK s.
+func nakKind(s ib.Syndrome) error {
+	switch s {
+	case ib.SynNAKInvalidRequest:
+		return ErrInvalidRequest
+	case ib.SynNAKRemoteAccess:
+		return ErrRemoteAccess
+	}
+	return ErrRemoteOperation
 }
-
-// PSN arithmetic on 24-bit sequence numbers.
-const psnMask = 1<<24 - 1
-
-func psnAdd(p uint32, n uint32) uint32 { return (p + n) & psnMask }
-
-// psnDiff returns a-b as a signed distance in [-2^23, 2^23).
-func psnDiff(a, b uint32) int32 { return int32((a-b)<<8) >> 8 }

@@ -27,83 +27,16 @@
 // host, and a window sized below its buffer keeps drops the exception.
 package rc
 
-import "fmt"
+import (
+	"fmt"
 
-// Op is a work request opcode.
-type Op uint8
-
-// Work request opcodes.
-const (
-	OpSend Op = iota
-	OpSendImm
-	OpWrite
-	OpWriteImm
-	OpRead
-	OpCmpSwap
-	OpFetchAdd
-)
-
-func (o Op) String() string {
-	return [...]string{"SEND", "SEND_WITH_IMM", "RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}[o]
-}
-
-func (o Op) isRdAtomic() bool { return o == OpRead || o == OpCmpSwap || o == OpFetchAdd }
-func (o Op) isAtomic() bool   { return o == OpCmpSwap || o == OpFetchAdd }
-
-// Status is a completion status, numbered as ibv_wc_status.
-type Status uint8
-
-// Completion statuses the engine produces.
-const (
-	Success        Status = 0
-	LocLenErr      Status = 1
-	LocQPOpErr     Status = 2
-	LocProtErr     Status = 4
-	RemInvReqErr   Status = 9
-	RemAccessErr   Status = 10
-	RemOpErr       Status = 11
-	RetryExcErr    Status = 12
-	RNRRetryExcErr Status = 13
-)
-
-func (s Status) String() string {
-	switch s {
-	case Success:
-		return "SUCCESS"
-	case LocLenErr:
-		return "LOC_LEN_ERR"
-	case LocQPOpErr:
-		return "LOC_QP_OP_ERR"
-	case LocProtErr:
-		return "LOC_PROT_ERR"
-	case RemInvReqErr:
-		return "REM_INV_REQ_ERR"
-	case RemAccessErr:
-		return "REM_ACCESS_ERR"
-	case RemOpErr:
-		return "REM_OP_ERR"
-	case RetryExcErr:
-		return "RETRY_EXC_ERR"
-	case RNRRetryExcErr:
-		return "RNR_RETRY_EXC_ERR"
-	}
-	return fmt.Sprintf("Status(%d)", uint8(s))
-}
-
-// Access is the set of remote rights a QP grants its peer.
-type Access uint8
-
-// Remote access rights (the verbs bit values).
-const (
-	RemoteWrite  Access = 1 << 1
-	RemoteRead   Access = 1 << 2
-	RemoteAtomic Access = 1 << 3
+	"github.com/ibex-rdma/ibex/ib"
 )
 
 // Request is one send work request handed to the engine.
 type Request struct {
 	ID         uint64 // the caller's handle, returned in SendComplete
-	Op         Op
+	Op         ib.WROpcode
 	Len        uint32 // message length (8 for atomics)
 	RemoteAddr uint64
 	RKey       uint32
@@ -129,29 +62,36 @@ type Host interface {
 	// 8-byte buffer; false means LOC_PROT_ERR.
 	AtomicResult(id uint64, orig uint64) bool
 	// SendComplete reports the completion of request id, in posting order.
-	SendComplete(id uint64, st Status, byteLen uint32)
+	// An error status (st != ib.WCSuccess) comes with its cause and is the
+	// engine's last act: the QP must move to ERR, and Fatal does not follow.
+	// cause is nil on success.
+	SendComplete(id uint64, st ib.WCStatus, byteLen uint32, cause error)
 
 	// RecvBegin makes the next posted receive current; false: none posted.
 	RecvBegin() bool
 	// RecvPlace writes a SEND's payload at off of the current receive:
-	// LocLenErr if it does not fit, LocProtErr if its memory refuses.
-	RecvPlace(off uint32, src []byte) Status
+	// ib.WCLocLenErr if it does not fit, ib.WCLocProtErr if its memory
+	// refuses.
+	RecvPlace(off uint32, src []byte) ib.WCStatus
 	// RecvComplete completes the current receive. write says it was taken
 	// by an RDMA WRITE with immediate.
-	RecvComplete(st Status, byteLen uint32, imm uint32, hasImm, write bool)
+	RecvComplete(st ib.WCStatus, byteLen uint32, imm uint32, hasImm, write bool)
 
 	// RemoteCheck validates rkey, protection domain, access and bounds of
-	// [va, va+n): Success or RemAccessErr.
-	RemoteCheck(rkey uint32, va uint64, n uint32, need Access) Status
+	// [va, va+n): ib.WCSuccess or ib.WCRemAccessErr.
+	RemoteCheck(rkey uint32, va uint64, n uint32, need ib.Access) ib.WCStatus
 	// RemoteWrite, RemoteRead and RemoteAtomic access memory RemoteCheck
 	// accepted; false means it became inaccessible since (deregistered),
-	// which the engine answers with a remote access NAK.
+	// which the engine answers with a remote access NAK. op is
+	// ib.WRAtomicCmpAndSwp or ib.WRAtomicFetchAndAdd.
 	RemoteWrite(rkey uint32, va uint64, src []byte) bool
 	RemoteRead(rkey uint32, va uint64, dst []byte) bool
-	RemoteAtomic(rkey uint32, va uint64, op Op, compareAdd, swap uint64) (uint64, bool)
+	RemoteAtomic(rkey uint32, va uint64, op ib.WROpcode, compareAdd, swap uint64) (uint64, bool)
 
-	// Fatal reports that the QP must move to ERR (an error completion or a
-	// responder class C error); cause says why. The engine stops after it.
+	// Fatal reports that the QP must move to ERR for a reason that is not a
+	// send completion (a responder class C error: the cause wraps
+	// ErrInvalidRequest, ErrRemoteAccess or ErrRemoteOperation). The engine
+	// stops after it.
 	Fatal(cause error)
 }
 
@@ -160,17 +100,17 @@ type Host interface {
 type Config struct {
 	QPN, DestQPN     uint32
 	SendPSN, RecvPSN uint32
-	MTU              int    // path MTU in bytes, 256..4096; 0 = 1024
-	Timeout          uint8  // local ACK timeout 4.096 µs × 2^Timeout bounds the RTO; 0 = never time out
-	RetryCnt         uint8  // retries after timeouts and sequence NAKs
-	RNRRetry         uint8  // retries after RNR NAKs; 7 = infinite
-	MinRNRTimer      uint8  // RNR timer code this responder sends
-	MaxRdAtomic      int    // outstanding READ/atomic requests as requester
-	MaxDestRdAtomic  int    // responder resources for READ/atomic
-	Access           Access // rights granted to the peer
-	Window           int    // max unacknowledged PSNs; 0 = 128
-	MaxSendWR        int    // capacity of the request queue; 0 = 256
-	MinRTO           int64  // lower bound of the retransmit timeout, ns; 0 = 1 ms
+	MTU              int       // path MTU in bytes, 256..4096; 0 = 1024
+	Timeout          uint8     // local ACK timeout 4.096 µs × 2^Timeout bounds the RTO; 0 = never time out
+	RetryCnt         uint8     // retries after timeouts and sequence NAKs
+	RNRRetry         uint8     // retries after RNR NAKs; 7 = infinite
+	MinRNRTimer      uint8     // RNR timer code this responder sends
+	MaxRdAtomic      int       // outstanding READ/atomic requests as requester
+	MaxDestRdAtomic  int       // responder resources for READ/atomic
+	Access           ib.Access // remote rights granted to the peer
+	Window           int       // max unacknowledged PSNs; 0 = 128
+	MaxSendWR        int       // capacity of the request queue; 0 = 256
+	MinRTO           int64     // lower bound of the retransmit timeout, ns; 0 = 1 ms
 }
 
 func (c *Config) setDefaults() {
@@ -225,7 +165,7 @@ func New(cfg Config, host Host) (*Conn, error) {
 	case cfg.RetryCnt > 7 || cfg.RNRRetry > 7 || cfg.Timeout > 31 || cfg.MinRNRTimer > 31:
 		return nil, fmt.Errorf("rc: retry_cnt %d, rnr_retry %d, timeout %d or min_rnr_timer %d out of range",
 			cfg.RetryCnt, cfg.RNRRetry, cfg.Timeout, cfg.MinRNRTimer)
-	case cfg.SendPSN > psnMask || cfg.RecvPSN > psnMask || cfg.QPN > psnMask || cfg.DestQPN > psnMask:
+	case cfg.SendPSN > ib.PSNMask || cfg.RecvPSN > ib.PSNMask || cfg.QPN > ib.PSNMask || cfg.DestQPN > ib.PSNMask:
 		return nil, fmt.Errorf("rc: PSNs and QPNs are 24 bits")
 	}
 	c := &Conn{cfg: cfg, host: host}
@@ -241,7 +181,7 @@ func (c *Conn) StartSend(sendPSN uint32, timeout, retryCnt, rnrRetry uint8, maxR
 	if c.req.n != 0 {
 		return fmt.Errorf("rc: qp %#x: StartSend with %d requests queued", c.cfg.QPN, c.req.n)
 	}
-	if sendPSN > psnMask || timeout > 31 || retryCnt > 7 || rnrRetry > 7 {
+	if sendPSN > ib.PSNMask || timeout > 31 || retryCnt > 7 || rnrRetry > 7 {
 		return fmt.Errorf("rc: qp %#x: sq_psn %#x, timeout %d, retry_cnt %d or rnr_retry %d out of range", c.cfg.QPN, sendPSN, timeout, retryCnt, rnrRetry)
 	}
 	c.cfg.SendPSN, c.cfg.Timeout, c.cfg.RetryCnt, c.cfg.RNRRetry, c.cfg.MaxRdAtomic = sendPSN, timeout, retryCnt, rnrRetry, maxRdAtomic
@@ -265,7 +205,8 @@ func (c *Conn) Dead() bool { return c.dead }
 // Idle reports whether nothing is queued, in flight or waiting to be sent.
 func (c *Conn) Idle() bool { return c.req.n == 0 && c.resp.outN == 0 }
 
-// fatal stops the engine and tells the host.
+// fatal stops the engine and tells the host (for what is not a send
+// completion: requester errors end in SendComplete, see requester.fail).
 func (c *Conn) fatal(cause error) {
 	if c.dead {
 		return
@@ -297,7 +238,7 @@ func (c *Conn) Receive(now int64, pkt *Packet) {
 	}
 	c.st.PktsRecv++
 	c.st.BytesRecv += uint64(len(pkt.Payload))
-	if isResponse(pkt.Opcode) {
+	if pkt.Opcode.Has(ib.MaskResponse) {
 		c.req.receive(now, pkt)
 	} else {
 		c.resp.receive(now, pkt)

@@ -3,6 +3,8 @@ package rc
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ibex-rdma/ibex/ib"
 )
 
 // ErrQueueFull is returned by Post when MaxSendWR requests are outstanding.
@@ -50,9 +52,7 @@ func (r *requester) init(c *Conn) {
 	r.ring = make([]sreq, c.cfg.MaxSendWR)
 	r.psn, r.sentEnd, r.una = c.cfg.SendPSN, c.cfg.SendPSN, c.cfg.SendPSN
 	r.retryLeft, r.rnrLeft = c.cfg.RetryCnt, c.cfg.RNRRetry
-	if c.cfg.Timeout != 0 {
-		r.maxRTO = 4096 << min(c.cfg.Timeout, 31)
-	}
+	r.maxRTO = ib.AckTimeout(c.cfg.Timeout).Nanoseconds() // 0: no timer
 	r.rto = min(r.maxRTO, max(c.cfg.MinRTO, 50e6))
 	if r.maxRTO > 0 && c.cfg.MinRTO > r.maxRTO {
 		r.rto = r.maxRTO
@@ -76,10 +76,10 @@ func (c *Conn) Post(req Request) error {
 	if r.n == len(r.ring) {
 		return ErrQueueFull
 	}
-	if req.Op > OpFetchAdd {
+	if !req.Op.Valid() {
 		return fmt.Errorf("rc: opcode %d unknown", req.Op)
 	}
-	if req.Op.isAtomic() && req.Len != 8 {
+	if req.Op.IsAtomic() && req.Len != 8 {
 		return fmt.Errorf("rc: %v length %d, want 8", req.Op, req.Len)
 	}
 	if req.Len > 1<<31 {
@@ -102,7 +102,7 @@ func (r *requester) pkts(n uint32) uint32 {
 
 // window returns how many more PSNs may be put in flight.
 func (r *requester) window() int {
-	return r.c.cfg.Window - int(psnDiff(r.psn, r.una))
+	return r.c.cfg.Window - int(ib.PSNDiff(r.psn, r.una))
 }
 
 func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
@@ -120,16 +120,16 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 		if w.Fence && r.next > 0 {
 			return false
 		}
-		if w.Op.isRdAtomic() {
+		if w.Op.IsRdAtomic() {
 			if r.c.cfg.MaxRdAtomic == 0 {
 				if r.next == 0 { // complete in order: only once it is the oldest
-					r.fail(w, LocQPOpErr, fmt.Errorf("%v with max_rd_atomic 0", w.Op))
+					r.fail(w, ib.WCLocQPOpErr, fmt.Errorf("%v with max_rd_atomic 0", w.Op))
 				}
 				return false
 			}
 		}
 	}
-	if w.Op.isRdAtomic() && r.rdAtomicOutstanding() >= r.c.cfg.MaxRdAtomic {
+	if w.Op.IsRdAtomic() && r.rdAtomicOutstanding() >= r.c.cfg.MaxRdAtomic {
 		return false
 	}
 	if r.window() <= 0 {
@@ -146,28 +146,28 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 	pkt.SE = w.Solicited
 	lastPkt := false
 	switch w.Op {
-	case OpSend, OpSendImm, OpWrite, OpWriteImm:
+	case ib.WRSend, ib.WRSendWithImm, ib.WRRDMAWrite, ib.WRRDMAWriteWithImm:
 		seg := min(mtu, w.Len-r.off)
 		first, last := r.off == 0, r.off+seg == w.Len
 		pkt.Opcode = dataOpcode(w.Op, first, last)
-		if first && (w.Op == OpWrite || w.Op == OpWriteImm) {
+		if first && (w.Op == ib.WRRDMAWrite || w.Op == ib.WRRDMAWriteWithImm) {
 			pkt.VA, pkt.RKey, pkt.DMALen = w.RemoteAddr, w.RKey, w.Len
 		}
-		if last && (w.Op == OpSendImm || w.Op == OpWriteImm) {
+		if last && w.Op.HasImm() {
 			pkt.Imm = w.Imm
 		}
 		pkt.Payload = buf[:seg]
 		if seg > 0 && !r.c.host.Payload(w.ID, r.off, pkt.Payload) {
 			if r.next == 0 { // error completions keep posting order
-				r.fail(w, LocProtErr, fmt.Errorf("%v: local memory gone since posting", w.Op))
+				r.fail(w, ib.WCLocProtErr, fmt.Errorf("%v: local memory gone since posting", w.Op))
 			}
 			return false
 		}
 		r.off += seg
-		r.psn = psnAdd(r.psn, 1)
+		r.psn = ib.PSNAdd(r.psn, 1)
 		pkt.AckReq = last || r.sinceAck >= r.c.cfg.Window/4
 		lastPkt = last
-	case OpRead:
+	case ib.WRRDMARead:
 		// Requests follow a fixed grid of chunks, so a re-request after a
 		// loss falls inside one original request (the responder replays
 		// from its resource for that request).
@@ -177,22 +177,22 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 		if int(n) > r.window() && r.psn != r.una {
 			return false
 		}
-		pkt.Opcode = OpcReadRequest
+		pkt.Opcode = ib.RCReadRequest
 		pkt.VA, pkt.RKey, pkt.DMALen = w.RemoteAddr+uint64(r.off), w.RKey, chunk
 		pkt.AckReq = true
 		r.off += chunk
-		r.psn = psnAdd(r.psn, n)
+		r.psn = ib.PSNAdd(r.psn, int(n))
 		lastPkt = r.off >= w.Len
 	default: // atomics
-		pkt.Opcode = OpcFetchAdd
+		pkt.Opcode = ib.RCFetchAdd
 		pkt.SwapAdd = w.CompareAdd
-		if w.Op == OpCmpSwap {
-			pkt.Opcode = OpcCmpSwap
+		if w.Op == ib.WRAtomicCmpAndSwp {
+			pkt.Opcode = ib.RCCompareSwap
 			pkt.Compare, pkt.SwapAdd = w.CompareAdd, w.Swap
 		}
 		pkt.VA, pkt.RKey = w.RemoteAddr, w.RKey
 		pkt.AckReq = true
-		r.psn = psnAdd(r.psn, 1)
+		r.psn = ib.PSNAdd(r.psn, 1)
 		lastPkt = true
 	}
 	if pkt.AckReq {
@@ -200,7 +200,7 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 	} else {
 		r.sinceAck++
 	}
-	if psnDiff(r.psn, r.sentEnd) > 0 {
+	if ib.PSNDiff(r.psn, r.sentEnd) > 0 {
 		r.sentEnd = r.psn
 		if lastPkt && !w.resent {
 			w.sentAt = now
@@ -219,64 +219,39 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 	return true
 }
 
-func dataOpcode(op Op, first, last bool) uint8 {
-	var base uint8 = OpcSendFirst
-	if op == OpWrite || op == OpWriteImm {
-		base = OpcWriteFirst
-	}
-	imm := op == OpSendImm || op == OpWriteImm
-	switch {
-	case first && last && imm:
-		return base + 5 // ONLY_WITH_IMMEDIATE
-	case first && last:
-		return base + 4 // ONLY
-	case first:
-		return base
-	case last && imm:
-		return base + 3 // LAST_WITH_IMMEDIATE
-	case last:
-		return base + 2
-	}
-	return base + 1 // MIDDLE
-}
-
 // receive handles ACKs, NAKs and responses.
 func (r *requester) receive(now int64, pkt *Packet) {
 	p := pkt.PSN
 	// A response must name a PSN that was sent and is not older than the
 	// oldest unacknowledged one minus one (a duplicate ACK).
-	if psnDiff(p, r.sentEnd) >= 0 || psnDiff(p, r.una) < -1 {
+	if ib.PSNDiff(p, r.sentEnd) >= 0 || ib.PSNDiff(p, r.una) < -1 {
 		r.c.st.Dropped++
 		return
 	}
 	switch pkt.Opcode {
-	case OpcAck:
-		switch pkt.Syndrome >> 5 {
-		case 0: // ACK
+	case ib.RCAck:
+		switch s := pkt.Syndrome; {
+		case s&synReserved != 0:
+			r.c.st.Dropped++
+		case s.IsACK():
 			r.c.st.AcksRecv++
 			r.ackUpTo(now, p)
-		case 1: // RNR NAK
+		case s.IsRNR():
 			r.c.st.RNRNaksRecv++
-			r.ackUpTo(now, psnAdd(p, psnMask))
-			r.rnr(now, p, pkt.Syndrome&0x1f)
-		case 3:
-			r.ackUpTo(now, psnAdd(p, psnMask))
+			r.ackUpTo(now, ib.PSNAdd(p, -1))
+			r.rnr(now, p, s.Value())
+		case s.IsNAK():
+			r.ackUpTo(now, ib.PSNAdd(p, -1))
 			if r.c.dead {
 				return
 			}
-			if pkt.Syndrome == synNAKSeq {
+			if s == ib.SynNAKPSNSeq {
 				r.c.st.SeqNaksRecv++
 				r.goBack(now, p, false)
 				return
 			}
 			r.c.st.ErrNaksRecv++
-			st, what := RemOpErr, "remote operational error"
-			switch pkt.Syndrome {
-			case synNAKInvReq:
-				st, what = RemInvReqErr, "invalid request"
-			case synNAKAccess:
-				st, what = RemAccessErr, "remote access error"
-			}
+			st, what := nakStatus(s)
 			if r.n > 0 {
 				w := r.at(0)
 				r.fail(w, st, fmt.Errorf("%v to qp %#x: responder NAK at psn %#x: %s", w.Op, r.c.cfg.DestQPN, p, what))
@@ -284,17 +259,17 @@ func (r *requester) receive(now int64, pkt *Packet) {
 		default:
 			r.c.st.Dropped++
 		}
-	case OpcReadRespFirst, OpcReadRespMiddle, OpcReadRespLast, OpcReadRespOnly:
+	case ib.RCReadResponseFirst, ib.RCReadResponseMiddle, ib.RCReadResponseLast, ib.RCReadResponseOnly:
 		r.readResponse(now, pkt)
-	case OpcAtomicAck:
+	case ib.RCAtomicAck:
 		w := r.firstRdAtomic()
-		if w == nil || !w.Op.isAtomic() || w.firstPSN != p {
+		if w == nil || !w.Op.IsAtomic() || w.firstPSN != p {
 			r.c.st.Dropped++
 			return
 		}
 		if !r.c.host.AtomicResult(w.ID, pkt.Orig) {
-			r.ackUpTo(now, psnAdd(p, psnMask))
-			r.fail(w, LocProtErr, fmt.Errorf("%v result: local memory refused the write", w.Op))
+			r.ackUpTo(now, ib.PSNAdd(p, -1))
+			r.fail(w, ib.WCLocProtErr, fmt.Errorf("%v result: local memory refused the write", w.Op))
 			return
 		}
 		w.done = true
@@ -318,11 +293,11 @@ func (r *requester) rdAtomicOutstanding() int {
 	counting := false
 	for i := 0; i <= r.next && i < r.n; i++ {
 		w := r.at(i)
-		if !w.started || !w.Op.isRdAtomic() {
+		if !w.started || !w.Op.IsRdAtomic() {
 			continue
 		}
 		issued := uint32(1)
-		if w.Op == OpRead {
+		if w.Op == ib.WRRDMARead {
 			n := w.Len
 			if i == r.next {
 				n = r.off
@@ -339,7 +314,7 @@ func (r *requester) rdAtomicOutstanding() int {
 				continue
 			}
 			counting = true
-			if w.Op == OpRead {
+			if w.Op == ib.WRRDMARead {
 				issued -= min(issued, w.recvd/cb)
 			}
 		}
@@ -355,7 +330,7 @@ func (r *requester) firstRdAtomic() *sreq {
 		if !w.started {
 			return nil
 		}
-		if w.Op.isRdAtomic() && !w.done {
+		if w.Op.IsRdAtomic() && !w.done {
 			return w
 		}
 	}
@@ -364,21 +339,21 @@ func (r *requester) firstRdAtomic() *sreq {
 
 // neededPSN is the next response PSN a READ or atomic waits for.
 func (r *requester) neededPSN(w *sreq) uint32 {
-	if w.Op == OpRead {
-		return psnAdd(w.firstPSN, w.recvd/r.mtu())
+	if w.Op == ib.WRRDMARead {
+		return ib.PSNAdd(w.firstPSN, int(w.recvd/r.mtu()))
 	}
 	return w.firstPSN
 }
 
 func (r *requester) readResponse(now int64, pkt *Packet) {
 	w := r.firstRdAtomic()
-	if w == nil || w.Op != OpRead {
+	if w == nil || w.Op != ib.WRRDMARead {
 		r.c.st.Dropped++
 		return
 	}
 	want := r.neededPSN(w)
 	if pkt.PSN != want {
-		if psnDiff(pkt.PSN, want) > 0 {
+		if ib.PSNDiff(pkt.PSN, want) > 0 {
 			r.goBack(now, want, false) // a response was lost
 		}
 		r.c.st.Dropped++
@@ -386,13 +361,13 @@ func (r *requester) readResponse(now int64, pkt *Packet) {
 	}
 	seg := min(r.mtu(), w.Len-w.recvd)
 	last := w.recvd+seg == w.Len
-	if uint32(len(pkt.Payload)) != seg || (last && pkt.Opcode != OpcReadRespLast && pkt.Opcode != OpcReadRespOnly) {
+	if uint32(len(pkt.Payload)) != seg || (last && pkt.Opcode != ib.RCReadResponseLast && pkt.Opcode != ib.RCReadResponseOnly) {
 		r.c.st.Dropped++
 		return
 	}
 	if seg > 0 && !r.c.host.ReadResponse(w.ID, w.recvd, pkt.Payload) {
-		r.ackUpTo(now, psnAdd(pkt.PSN, psnMask))
-		r.fail(w, LocProtErr, fmt.Errorf("RDMA_READ response: local memory refused the data"))
+		r.ackUpTo(now, ib.PSNAdd(pkt.PSN, -1))
+		r.fail(w, ib.WCLocProtErr, fmt.Errorf("RDMA_READ response: local memory refused the data"))
 		return
 	}
 	w.recvd += seg
@@ -404,7 +379,7 @@ func (r *requester) readResponse(now int64, pkt *Packet) {
 
 // ackUpTo retires every request acknowledged by PSN p (inclusive).
 func (r *requester) ackUpTo(now int64, p uint32) {
-	if psnDiff(p, r.una) < 0 {
+	if ib.PSNDiff(p, r.una) < 0 {
 		return // duplicate or stale
 	}
 	progress := false
@@ -413,9 +388,9 @@ func (r *requester) ackUpTo(now int64, p uint32) {
 		if !w.started {
 			break
 		}
-		if w.Op.isRdAtomic() {
+		if w.Op.IsRdAtomic() {
 			if !w.done {
-				if need := r.neededPSN(w); psnDiff(p, need) >= 0 {
+				if need := r.neededPSN(w); ib.PSNDiff(p, need) >= 0 {
 					// Acknowledged past a READ/atomic whose response is
 					// missing: the response was lost.
 					r.retire(now, progress)
@@ -424,14 +399,14 @@ func (r *requester) ackUpTo(now int64, p uint32) {
 				}
 				break
 			}
-		} else if psnDiff(psnAdd(w.firstPSN, w.npkts-1), p) > 0 {
+		} else if ib.PSNDiff(ib.PSNAdd(w.firstPSN, int(w.npkts)-1), p) > 0 {
 			break // not wholly acknowledged
 		}
 		r.complete(now, w)
 		progress = true
 	}
-	if psnDiff(psnAdd(p, 1), r.una) > 0 {
-		r.una = psnAdd(p, 1)
+	if ib.PSNDiff(ib.PSNAdd(p, 1), r.una) > 0 {
+		r.una = ib.PSNAdd(p, 1)
 		progress = true
 	}
 	r.retire(now, progress)
@@ -445,7 +420,7 @@ func (r *requester) retire(now int64, progress bool) {
 	r.retryLeft, r.rnrLeft = r.c.cfg.RetryCnt, r.c.cfg.RNRRetry
 	r.retrying = false
 	r.budgetAt = now
-	if psnDiff(r.sentEnd, r.una) > 0 && r.maxRTO > 0 {
+	if ib.PSNDiff(r.sentEnd, r.una) > 0 && r.maxRTO > 0 {
 		r.deadlineAt = now + r.rto
 	} else {
 		r.deadlineAt = 0
@@ -456,12 +431,12 @@ func (r *requester) complete(now int64, w *sreq) {
 	if !w.resent && w.sentAt != 0 {
 		r.sample(now - w.sentAt)
 	}
-	if end := psnAdd(w.firstPSN, w.npkts); psnDiff(end, r.una) > 0 {
+	if end := ib.PSNAdd(w.firstPSN, int(w.npkts)); ib.PSNDiff(end, r.una) > 0 {
 		r.una = end
 	}
 	id, n := w.ID, w.Len
 	r.pop()
-	r.c.host.SendComplete(id, Success, n)
+	r.c.host.SendComplete(id, ib.WCSuccess, n, nil)
 }
 
 func (r *requester) pop() {
@@ -479,11 +454,11 @@ func (r *requester) pop() {
 	// The transmit point was inside the retired request (it was being
 	// retransmitted when a late acknowledgement covered it): move it on.
 	r.off = 0
-	r.psn = psnAdd(old.firstPSN, old.npkts)
+	r.psn = ib.PSNAdd(old.firstPSN, int(old.npkts))
 	if r.n > 0 && r.at(0).started {
 		w := r.at(0)
 		r.psn = w.firstPSN
-		if w.Op == OpRead {
+		if w.Op == ib.WRRDMARead {
 			r.off, r.psn = w.recvd, r.neededPSN(w)
 		}
 	}
@@ -530,7 +505,7 @@ func (r *requester) goBack(now int64, p uint32, timeout bool) {
 	}
 	if r.retryLeft == 0 {
 		w := r.at(0)
-		r.fail(w, RetryExcErr, fmt.Errorf("%v to qp %#x: no acknowledgement for psn %#x after %d retries (rto %dµs)",
+		r.fail(w, ib.WCRetryExcErr, fmt.Errorf("%v to qp %#x: no acknowledgement for psn %#x after %d retries (rto %dµs)",
 			w.Op, r.c.cfg.DestQPN, p, r.c.cfg.RetryCnt, r.rto/1000))
 		return
 	}
@@ -550,20 +525,20 @@ func (r *requester) rewind(p uint32) {
 		if !w.started {
 			break
 		}
-		end := psnAdd(w.firstPSN, w.npkts)
-		if psnDiff(p, w.firstPSN) < 0 || psnDiff(p, end) >= 0 {
+		end := ib.PSNAdd(w.firstPSN, int(w.npkts))
+		if ib.PSNDiff(p, w.firstPSN) < 0 || ib.PSNDiff(p, end) >= 0 {
 			continue
 		}
 		r.next = i
 		switch {
-		case w.Op == OpRead:
+		case w.Op == ib.WRRDMARead:
 			r.off = w.recvd
 			r.psn = r.neededPSN(w)
-		case w.Op.isAtomic():
+		case w.Op.IsAtomic():
 			r.off = 0
 			r.psn = w.firstPSN
 		default:
-			r.off = uint32(psnDiff(p, w.firstPSN)) * r.mtu()
+			r.off = uint32(ib.PSNDiff(p, w.firstPSN)) * r.mtu()
 			r.psn = p
 		}
 		for j := i; j < r.n && r.at(j).started; j++ {
@@ -584,24 +559,25 @@ func (r *requester) rnr(now int64, p uint32, code uint8) {
 	if r.c.cfg.RNRRetry != 7 {
 		if r.rnrLeft == 0 {
 			w := r.at(0)
-			r.fail(w, RNRRetryExcErr, fmt.Errorf("%v to qp %#x: receiver not ready after %d RNR retries", w.Op, r.c.cfg.DestQPN, r.c.cfg.RNRRetry))
+			r.fail(w, ib.WCRNRRetryExcErr, fmt.Errorf("%v to qp %#x: receiver not ready after %d RNR retries", w.Op, r.c.cfg.DestQPN, r.c.cfg.RNRRetry))
 			return
 		}
 		r.rnrLeft--
 	}
 	r.retrying, r.retryPSN = true, p
 	r.rewind(p)
-	r.rnrUntil = now + rnrDelayNS(code)
+	r.rnrUntil = now + ib.RNRTimeout(code).Nanoseconds()
 	r.deadlineAt = 0 // the retransmit timer restarts when sending resumes
 }
 
-// fail completes w with an error status and stops the engine.
-// w is the oldest outstanding request.
-func (r *requester) fail(w *sreq, st Status, cause error) {
+// fail completes w, the oldest outstanding request, with an error status
+// and its cause, and stops the engine: the error completion is the engine's
+// last act (Host.Fatal does not follow).
+func (r *requester) fail(w *sreq, st ib.WCStatus, cause error) {
 	id := w.ID
 	r.pop()
-	r.c.host.SendComplete(id, st, 0)
-	r.c.fatal(fmt.Errorf("qp %#x: %v: %w", r.c.cfg.QPN, st, cause))
+	r.c.dead = true
+	r.c.host.SendComplete(id, st, 0, fmt.Errorf("qp %#x: %v: %w", r.c.cfg.QPN, st, cause))
 }
 
 func (r *requester) deadline() int64 {
@@ -616,7 +592,7 @@ func (r *requester) tick(now int64) {
 	if r.deadlineAt == 0 || now < r.deadlineAt {
 		return
 	}
-	if psnDiff(r.sentEnd, r.una) <= 0 {
+	if ib.PSNDiff(r.sentEnd, r.una) <= 0 {
 		r.deadlineAt = 0
 		return
 	}
@@ -634,11 +610,4 @@ func (r *requester) tick(now int64) {
 	r.retrying, r.retryPSN = true, r.una
 	r.rewind(r.una)
 	r.deadlineAt = now + r.rto
-}
-
-// rnrDelayNS is the IB RNR NAK timer table (IBA table 45), in ns.
-func rnrDelayNS(code uint8) int64 {
-	us := [32]int64{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
-		2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
-	return us[code&31] * 1000
 }

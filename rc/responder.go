@@ -3,6 +3,8 @@ package rc
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ibex-rdma/ibex/ib"
 )
 
 // Kinds of responder errors, wrapped by the cause given to Host.Fatal.
@@ -36,7 +38,7 @@ const (
 // response of an earlier request.
 type outItem struct {
 	kind uint8
-	syn  uint8
+	syn  ib.Syndrome
 	psn  uint32
 	msn  uint32
 	orig uint64
@@ -92,39 +94,32 @@ func (r *responder) push(it outItem) {
 	r.outN++
 }
 
-func (r *responder) nak(syn uint8, psn uint32) {
+func (r *responder) nak(syn ib.Syndrome, psn uint32) {
 	r.push(outItem{kind: itemNak, syn: syn, psn: psn, msn: r.msn})
 }
 
 // classC sends an error NAK and stops the engine once it is out. The cause
 // wraps ErrInvalidRequest, ErrRemoteAccess or ErrRemoteOperation.
-func (r *responder) classC(syn uint8, psn uint32, format string, args ...any) {
+func (r *responder) classC(syn ib.Syndrome, psn uint32, format string, args ...any) {
 	r.nak(syn, psn)
 	r.c.st.ErrNaksSent++
-	kind := ErrRemoteOperation
-	switch syn {
-	case synNAKInvReq:
-		kind = ErrInvalidRequest
-	case synNAKAccess:
-		kind = ErrRemoteAccess
-	}
-	cause := fmt.Errorf("qp %#x: request from qp %#x at psn %#x: %s: %w", r.c.cfg.QPN, r.c.cfg.DestQPN, psn, fmt.Sprintf(format, args...), kind)
+	cause := fmt.Errorf("qp %#x: request from qp %#x at psn %#x: %s: %w", r.c.cfg.QPN, r.c.cfg.DestQPN, psn, fmt.Sprintf(format, args...), nakKind(syn))
 	r.c.fatal(cause)
 }
 
 func (r *responder) receive(now int64, pkt *Packet) {
 	p := pkt.PSN
-	if pkt.Opcode > lastKnownRequestOpc {
+	if pkt.Opcode > ib.RCFetchAdd { // the last request opcode rc knows
 		r.c.st.Dropped++
 		return
 	}
-	d := psnDiff(p, r.epsn)
+	d := ib.PSNDiff(p, r.epsn)
 	if d > 0 {
 		r.c.st.OutOfSequence++
 		if !r.nakSent {
 			r.nakSent = true
 			r.c.st.SeqNaksSent++
-			r.nak(synNAKSeq, r.epsn)
+			r.nak(ib.SynNAKPSNSeq, r.epsn)
 		}
 		return
 	}
@@ -138,22 +133,21 @@ func (r *responder) receive(now int64, pkt *Packet) {
 	mtu := uint32(r.c.cfg.MTU)
 	plen := uint32(len(pkt.Payload))
 	switch {
-	case op <= OpcWriteOnlyImm:
-		write := op >= OpcWriteFirst
-		first := op == OpcSendFirst || op == OpcSendOnly || op == OpcSendOnlyImm ||
-			op == OpcWriteFirst || op == OpcWriteOnly || op == OpcWriteOnlyImm
-		last := !(op == OpcSendFirst || op == OpcSendMiddle || op == OpcWriteFirst || op == OpcWriteMiddle)
-		imm := HasImm(op)
+	case op <= ib.RCWriteOnlyImm:
+		write := op.Has(ib.MaskWrite)
+		first := op.Has(ib.MaskFirst)
+		last := op.Has(ib.MaskLast)
+		imm := op.Has(ib.MaskImmDt)
 		if first == r.inMsg || (r.inMsg && write != r.msgWrite) {
-			r.classC(synNAKInvReq, p, "opcode %#x out of sequence", op)
+			r.classC(ib.SynNAKInvalidRequest, p, "opcode %#x out of sequence", uint8(op))
 			return
 		}
-		if write && acc&RemoteWrite == 0 {
-			r.classC(synNAKInvReq, p, "RDMA WRITE not permitted by the QP's access flags")
+		if write && acc&ib.AccessRemoteWrite == 0 {
+			r.classC(ib.SynNAKInvalidRequest, p, "RDMA WRITE not permitted by the QP's access flags")
 			return
 		}
 		if (!last && plen != mtu) || plen > mtu {
-			r.classC(synNAKInvReq, p, "payload %d bytes in opcode %#x with path MTU %d", plen, op, mtu)
+			r.classC(ib.SynNAKInvalidRequest, p, "payload %d bytes in opcode %#x with path MTU %d", plen, uint8(op), mtu)
 			return
 		}
 		needRecv := (!write && first) || (write && imm)
@@ -161,7 +155,7 @@ func (r *responder) receive(now int64, pkt *Packet) {
 			if !r.c.host.RecvBegin() {
 				r.nakSent = true
 				r.c.st.RNRNaksSent++
-				r.nak(synRNR|r.c.cfg.MinRNRTimer, p)
+				r.nak(ib.SynRNR(r.c.cfg.MinRNRTimer), p)
 				return
 			}
 			r.recvTaken = true
@@ -171,9 +165,9 @@ func (r *responder) receive(now int64, pkt *Packet) {
 			if write {
 				r.va, r.rkey, r.total = pkt.VA, pkt.RKey, pkt.DMALen
 				if r.total > 0 {
-					if st := r.c.host.RemoteCheck(r.rkey, r.va, r.total, RemoteWrite); st != Success {
+					if st := r.c.host.RemoteCheck(r.rkey, r.va, r.total, ib.AccessRemoteWrite); st != ib.WCSuccess {
 						r.recvTaken = false // the receive is flushed with the QP
-						r.classC(synNAKAccess, p, "RDMA WRITE rkey %#x [%#x, +%d) refused", r.rkey, r.va, r.total)
+						r.classC(ib.SynNAKRemoteAccess, p, "RDMA WRITE rkey %#x [%#x, +%d) refused", r.rkey, r.va, r.total)
 						return
 					}
 				}
@@ -182,20 +176,20 @@ func (r *responder) receive(now int64, pkt *Packet) {
 		if write {
 			if r.off+plen > r.total || (last && r.off+plen != r.total) {
 				r.recvTaken = false
-				r.classC(synNAKInvReq, p, "RDMA WRITE payload overruns its DMA length %d", r.total)
+				r.classC(ib.SynNAKInvalidRequest, p, "RDMA WRITE payload overruns its DMA length %d", r.total)
 				return
 			}
 			if plen > 0 && !r.c.host.RemoteWrite(r.rkey, r.va+uint64(r.off), pkt.Payload) {
 				r.recvTaken = false
-				r.classC(synNAKAccess, p, "RDMA WRITE rkey %#x became invalid mid-message", r.rkey)
+				r.classC(ib.SynNAKRemoteAccess, p, "RDMA WRITE rkey %#x became invalid mid-message", r.rkey)
 				return
 			}
-		} else if st := r.c.host.RecvPlace(r.off, pkt.Payload); st != Success {
+		} else if st := r.c.host.RecvPlace(r.off, pkt.Payload); st != ib.WCSuccess {
 			r.endRecv(st)
-			if st == LocLenErr {
-				r.classC(synNAKInvReq, p, "SEND of more than the receive buffer holds")
+			if st == ib.WCLocLenErr {
+				r.classC(ib.SynNAKInvalidRequest, p, "SEND of more than the receive buffer holds")
 			} else {
-				r.classC(synNAKRemOp, p, "receive buffer refused the SEND (%v)", st)
+				r.classC(ib.SynNAKRemoteOp, p, "receive buffer refused the SEND (%v)", st)
 			}
 			return
 		}
@@ -204,68 +198,68 @@ func (r *responder) receive(now int64, pkt *Packet) {
 		if last {
 			if r.recvTaken {
 				r.recvTaken = false
-				r.c.host.RecvComplete(Success, r.off, pkt.Imm, imm, write)
+				r.c.host.RecvComplete(ib.WCSuccess, r.off, pkt.Imm, imm, write)
 			}
-			r.msn = (r.msn + 1) & psnMask
+			r.msn = (r.msn + 1) & ib.PSNMask
 		}
-		r.epsn = psnAdd(r.epsn, 1)
+		r.epsn = ib.PSNAdd(r.epsn, 1)
 		r.nakSent = false
 		if pkt.AckReq {
 			r.c.st.AcksSent++
 			r.push(outItem{kind: itemAck, psn: p, msn: r.msn})
 		}
-	case op == OpcReadRequest:
+	case op == ib.RCReadRequest:
 		if r.inMsg {
-			r.classC(synNAKInvReq, p, "READ request inside a multi-packet message")
+			r.classC(ib.SynNAKInvalidRequest, p, "READ request inside a multi-packet message")
 			return
 		}
-		if acc&RemoteRead == 0 || r.c.cfg.MaxDestRdAtomic == 0 {
-			r.classC(synNAKInvReq, p, "RDMA READ not permitted (access flags or max_dest_rd_atomic 0)")
+		if acc&ib.AccessRemoteRead == 0 || r.c.cfg.MaxDestRdAtomic == 0 {
+			r.classC(ib.SynNAKInvalidRequest, p, "RDMA READ not permitted (access flags or max_dest_rd_atomic 0)")
 			return
 		}
 		if pkt.DMALen > 0 {
-			if st := r.c.host.RemoteCheck(pkt.RKey, pkt.VA, pkt.DMALen, RemoteRead); st != Success {
-				r.classC(synNAKAccess, p, "RDMA READ rkey %#x [%#x, +%d) refused", pkt.RKey, pkt.VA, pkt.DMALen)
+			if st := r.c.host.RemoteCheck(pkt.RKey, pkt.VA, pkt.DMALen, ib.AccessRemoteRead); st != ib.WCSuccess {
+				r.classC(ib.SynNAKRemoteAccess, p, "RDMA READ rkey %#x [%#x, +%d) refused", pkt.RKey, pkt.VA, pkt.DMALen)
 				return
 			}
 		}
 		n := max(1, (pkt.DMALen+mtu-1)/mtu)
-		r.res[r.resNext] = resource{used: true, read: true, first: p, last: psnAdd(p, n-1), va: pkt.VA, rkey: pkt.RKey, len: pkt.DMALen}
+		r.res[r.resNext] = resource{used: true, read: true, first: p, last: ib.PSNAdd(p, int(n)-1), va: pkt.VA, rkey: pkt.RKey, len: pkt.DMALen}
 		r.resNext = (r.resNext + 1) % len(r.res)
-		r.epsn = psnAdd(r.epsn, n)
-		r.msn = (r.msn + 1) & psnMask
+		r.epsn = ib.PSNAdd(r.epsn, int(n))
+		r.msn = (r.msn + 1) & ib.PSNMask
 		r.nakSent = false
 		r.push(outItem{kind: itemRead, psn: p, msn: r.msn, va: pkt.VA, rkey: pkt.RKey, len: pkt.DMALen})
-	case op == OpcCmpSwap || op == OpcFetchAdd:
+	case op == ib.RCCompareSwap || op == ib.RCFetchAdd:
 		if r.inMsg {
-			r.classC(synNAKInvReq, p, "atomic inside a multi-packet message")
+			r.classC(ib.SynNAKInvalidRequest, p, "atomic inside a multi-packet message")
 			return
 		}
-		if acc&RemoteAtomic == 0 || r.c.cfg.MaxDestRdAtomic == 0 {
-			r.classC(synNAKInvReq, p, "atomic not permitted (access flags or max_dest_rd_atomic 0)")
+		if acc&ib.AccessRemoteAtomic == 0 || r.c.cfg.MaxDestRdAtomic == 0 {
+			r.classC(ib.SynNAKInvalidRequest, p, "atomic not permitted (access flags or max_dest_rd_atomic 0)")
 			return
 		}
 		if pkt.VA&7 != 0 {
-			r.classC(synNAKInvReq, p, "atomic address %#x not 8-byte aligned", pkt.VA)
+			r.classC(ib.SynNAKInvalidRequest, p, "atomic address %#x not 8-byte aligned", pkt.VA)
 			return
 		}
-		if st := r.c.host.RemoteCheck(pkt.RKey, pkt.VA, 8, RemoteAtomic); st != Success {
-			r.classC(synNAKAccess, p, "atomic rkey %#x at %#x refused", pkt.RKey, pkt.VA)
+		if st := r.c.host.RemoteCheck(pkt.RKey, pkt.VA, 8, ib.AccessRemoteAtomic); st != ib.WCSuccess {
+			r.classC(ib.SynNAKRemoteAccess, p, "atomic rkey %#x at %#x refused", pkt.RKey, pkt.VA)
 			return
 		}
-		aop, cmp := OpFetchAdd, pkt.SwapAdd
-		if op == OpcCmpSwap {
-			aop, cmp = OpCmpSwap, pkt.Compare
+		aop, cmp := atomicOp(op), pkt.SwapAdd
+		if aop == ib.WRAtomicCmpAndSwp {
+			cmp = pkt.Compare
 		}
 		orig, ok := r.c.host.RemoteAtomic(pkt.RKey, pkt.VA, aop, cmp, pkt.SwapAdd)
 		if !ok {
-			r.classC(synNAKAccess, p, "atomic rkey %#x became invalid", pkt.RKey)
+			r.classC(ib.SynNAKRemoteAccess, p, "atomic rkey %#x became invalid", pkt.RKey)
 			return
 		}
 		r.res[r.resNext] = resource{used: true, first: p, last: p, orig: orig}
 		r.resNext = (r.resNext + 1) % len(r.res)
-		r.epsn = psnAdd(r.epsn, 1)
-		r.msn = (r.msn + 1) & psnMask
+		r.epsn = ib.PSNAdd(r.epsn, 1)
+		r.msn = (r.msn + 1) & ib.PSNMask
 		r.nakSent = false
 		r.push(outItem{kind: itemAtomicAck, psn: p, msn: r.msn, orig: orig})
 	default:
@@ -274,7 +268,7 @@ func (r *responder) receive(now int64, pkt *Packet) {
 }
 
 // endRecv completes a receive the failing message had taken.
-func (r *responder) endRecv(st Status) {
+func (r *responder) endRecv(st ib.WCStatus) {
 	if r.recvTaken {
 		r.recvTaken = false
 		r.c.host.RecvComplete(st, 0, 0, false, r.msgWrite)
@@ -285,10 +279,10 @@ func (r *responder) endRecv(st Status) {
 func (r *responder) duplicate(pkt *Packet) {
 	p := pkt.PSN
 	switch pkt.Opcode {
-	case OpcReadRequest:
+	case ib.RCReadRequest:
 		for i := range r.res {
 			s := &r.res[i]
-			if !s.used || !s.read || psnDiff(p, s.first) < 0 || psnDiff(p, s.last) > 0 || s.rkey != pkt.RKey {
+			if !s.used || !s.read || ib.PSNDiff(p, s.first) < 0 || ib.PSNDiff(p, s.last) > 0 || s.rkey != pkt.RKey {
 				continue
 			}
 			if pkt.VA < s.va || pkt.VA+uint64(pkt.DMALen) > s.va+uint64(s.len) {
@@ -298,7 +292,7 @@ func (r *responder) duplicate(pkt *Packet) {
 			return
 		}
 		r.c.st.Dropped++
-	case OpcCmpSwap, OpcFetchAdd:
+	case ib.RCCompareSwap, ib.RCFetchAdd:
 		for i := range r.res {
 			if s := &r.res[i]; s.used && !s.read && s.first == p {
 				r.push(outItem{kind: itemAtomicAck, psn: p, msn: r.msn, orig: s.orig})
@@ -309,7 +303,7 @@ func (r *responder) duplicate(pkt *Packet) {
 	default:
 		// SEND/WRITE: acknowledge what has been received (C9-105).
 		r.c.st.AcksSent++
-		r.push(outItem{kind: itemAck, psn: psnAdd(r.epsn, psnMask), msn: r.msn})
+		r.push(outItem{kind: itemAck, psn: ib.PSNAdd(r.epsn, -1), msn: r.msn})
 	}
 }
 
@@ -323,11 +317,11 @@ func (r *responder) poll(now int64, pkt *Packet, buf []byte) bool {
 	done := true
 	switch it.kind {
 	case itemAck:
-		pkt.Opcode, pkt.Syndrome = OpcAck, synACK
+		pkt.Opcode, pkt.Syndrome = ib.RCAck, ib.SynACK
 	case itemNak:
-		pkt.Opcode, pkt.Syndrome = OpcAck, it.syn
+		pkt.Opcode, pkt.Syndrome = ib.RCAck, it.syn
 	case itemAtomicAck:
-		pkt.Opcode, pkt.Syndrome, pkt.Orig = OpcAtomicAck, synACK, it.orig
+		pkt.Opcode, pkt.Syndrome, pkt.Orig = ib.RCAtomicAck, ib.SynACK, it.orig
 	case itemRead:
 		mtu := uint32(r.c.cfg.MTU)
 		seg := min(mtu, it.len-it.off)
@@ -336,20 +330,20 @@ func (r *responder) poll(now int64, pkt *Packet, buf []byte) bool {
 		first, last := idx == 0, idx == n-1
 		switch {
 		case first && last:
-			pkt.Opcode = OpcReadRespOnly
+			pkt.Opcode = ib.RCReadResponseOnly
 		case first:
-			pkt.Opcode = OpcReadRespFirst
+			pkt.Opcode = ib.RCReadResponseFirst
 		case last:
-			pkt.Opcode = OpcReadRespLast
+			pkt.Opcode = ib.RCReadResponseLast
 		default:
-			pkt.Opcode = OpcReadRespMiddle
+			pkt.Opcode = ib.RCReadResponseMiddle
 		}
-		pkt.Syndrome = synACK
-		pkt.PSN = psnAdd(it.psn, idx)
+		pkt.Syndrome = ib.SynACK
+		pkt.PSN = ib.PSNAdd(it.psn, int(idx))
 		pkt.Payload = buf[:seg]
 		if seg > 0 && !r.c.host.RemoteRead(it.rkey, it.va+uint64(it.off), pkt.Payload) {
 			// The MR went away mid-response: NAK instead, and stop.
-			*pkt = Packet{Opcode: OpcAck, Syndrome: synNAKAccess, PSN: pkt.PSN, MSN: it.msn, DestQPN: pkt.DestQPN}
+			*pkt = Packet{Opcode: ib.RCAck, Syndrome: ib.SynNAKRemoteAccess, PSN: pkt.PSN, MSN: it.msn, DestQPN: pkt.DestQPN}
 			r.outHead = (r.outHead + 1) % len(r.out)
 			r.outN--
 			r.c.st.ErrNaksSent++

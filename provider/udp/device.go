@@ -382,7 +382,7 @@ func (d *device) drain(now int64, q *qpDriver, pkt *rc.Packet, wp *wire.Packet) 
 			d.ctrs.xmitDiscards.Add(1)
 			continue
 		}
-		if pkt.Opcode == rc.OpcAck || pkt.Opcode == rc.OpcAtomicAck {
+		if pkt.Opcode == ib.RCAck || pkt.Opcode == ib.RCAtomicAck {
 			// Acknowledgements go last, see hold.
 			d.hold(q, pkt, wp)
 			continue

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/rc"
+	"github.com/ibex-rdma/ibex/rc/rcwire"
 	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/wire"
 )
@@ -21,18 +22,15 @@ type qpDriver struct {
 	works []verbs.SendWork // the copy of request ssn is works[ssn%len]
 
 	// Loop-owned.
-	eng        *rc.Conn
-	dropAfter  bool // stop the engine once its last output (a NAK) is out
-	destQPN    uint32
-	peer       netip.AddrPort
-	peerUDP    *net.UDPAddr
-	sendICRC   wire.ICRCPrefix
-	rsn        uint64 // the receive the engine is filling
-	errPending bool   // an error completion waits for Fatal's cause
-	errSSN     uint64
-	errSt      rc.Status
-	seen       rc.Stats // engine counters already added to the QP's
-	ready      bool     // on the device's ready list
+	eng       *rc.Conn
+	dropAfter bool // stop the engine once its last output (a NAK) is out
+	destQPN   uint32
+	peer      netip.AddrPort
+	peerUDP   *net.UDPAddr
+	sendICRC  wire.ICRCPrefix
+	rsn       uint64   // the receive the engine is filling
+	seen      rc.Stats // engine counters already added to the QP's
+	ready     bool     // on the device's ready list
 }
 
 // Execute is not used: the QP is an Issuer.
@@ -84,14 +82,14 @@ func (q *qpDriver) state(d *device, from, to verbs.QPState, a verbs.QPAttr) {
 		eng, err := rc.New(rc.Config{
 			QPN: q.qp.Num(), DestQPN: a.DestQPN, RecvPSN: a.RQPSN, MTU: mtu,
 			MinRNRTimer: a.MinRNRTimer, MaxDestRdAtomic: int(a.MaxDestRdAtomic),
-			Access: rc.Access(a.AccessFlags) & (rc.RemoteWrite | rc.RemoteRead | rc.RemoteAtomic),
+			Access: a.AccessFlags & (ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic),
 			Window: q.window(mtu), MaxSendWR: len(q.works), MinRTO: 2e6,
 		}, q)
 		if err != nil {
 			q.qp.Fail(fmt.Errorf("udp: qp %#x: %w", q.qp.Num(), err), verbs.EventQPFatal, true)
 			return
 		}
-		q.eng, q.dropAfter, q.errPending, q.seen = eng, false, false, rc.Stats{}
+		q.eng, q.dropAfter, q.seen = eng, false, rc.Stats{}
 	case verbs.QPSRTS:
 		if q.eng == nil {
 			return
@@ -142,18 +140,12 @@ func (q *qpDriver) afterEngine() {
 	}
 }
 
-var opMap = [...]rc.Op{
-	verbs.WRRDMAWrite: rc.OpWrite, verbs.WRRDMAWriteWithImm: rc.OpWriteImm, verbs.WRSend: rc.OpSend,
-	verbs.WRSendWithImm: rc.OpSendImm, verbs.WRRDMARead: rc.OpRead, verbs.WRAtomicCmpAndSwp: rc.OpCmpSwap,
-	verbs.WRAtomicFetchAndAdd: rc.OpFetchAdd,
-}
-
 func (q *qpDriver) issue(ssn uint64) {
 	if q.eng == nil || q.eng.Dead() || q.dropAfter {
 		return // the QP left RTS; verbs flushes the request
 	}
 	s := &q.works[ssn%uint64(len(q.works))]
-	req := rc.Request{ID: ssn, Op: opMap[s.Op], Len: uint32(s.Length), RemoteAddr: s.RemoteAddr, RKey: s.RKey,
+	req := rc.Request{ID: ssn, Op: s.Op, Len: uint32(s.Length), RemoteAddr: s.RemoteAddr, RKey: s.RKey,
 		Imm: s.Imm, CompareAdd: s.CompareAdd, Swap: s.Swap, Fence: s.Flags&verbs.SendFence != 0, Solicited: s.Flags&verbs.SendSolicited != 0}
 	if err := q.eng.Post(req); err != nil {
 		q.qp.CompleteSend(ssn, verbs.WCLocQPOpErr, 0, fmt.Errorf("udp: %w", err))
@@ -162,33 +154,12 @@ func (q *qpDriver) issue(ssn uint64) {
 
 // encode turns an engine packet into a RoCEv2 datagram in buf.
 func (q *qpDriver) encode(p *rc.Packet, wp *wire.Packet, buf []byte) ([]byte, error) {
-	*wp = wire.Packet{Payload: p.Payload}
-	wp.BTH = wire.BTH{Opcode: ib.Opcode(p.Opcode), SE: p.SE, PKey: 0xffff, DestQP: q.destQPN, AckReq: p.AckReq, PSN: p.PSN}
-	switch {
-	case rc.HasAtomicETH(p.Opcode):
-		wp.AtomicETH = wire.AtomicETH{VA: p.VA, RKey: p.RKey, SwapAdd: p.SwapAdd, Compare: p.Compare}
-	case rc.HasRETH(p.Opcode):
-		wp.RETH = wire.RETH{VA: p.VA, RKey: p.RKey, DMALen: p.DMALen}
-	}
-	if rc.HasAETH(p.Opcode) {
-		wp.AETH = wire.AETH{Syndrome: ib.Syndrome(p.Syndrome), MSN: p.MSN}
-	}
-	wp.AtomicAck = p.Orig
-	wp.Imm = p.Imm
+	rcwire.ToWire(p, q.destQPN, wp)
 	return wire.AppendIB(buf, wp, &q.sendICRC)
 }
 
 // fromWire copies a decoded packet into the engine's form.
-func fromWire(wp *wire.Packet, p *rc.Packet) {
-	op := uint8(wp.BTH.Opcode)
-	*p = rc.Packet{Opcode: op, SE: wp.BTH.SE, AckReq: wp.BTH.AckReq, DestQPN: wp.BTH.DestQP, PSN: wp.BTH.PSN,
-		Syndrome: uint8(wp.AETH.Syndrome), MSN: wp.AETH.MSN, Orig: wp.AtomicAck, Imm: wp.Imm, Payload: wp.Payload}
-	if rc.HasAtomicETH(op) {
-		p.VA, p.RKey, p.SwapAdd, p.Compare = wp.AtomicETH.VA, wp.AtomicETH.RKey, wp.AtomicETH.SwapAdd, wp.AtomicETH.Compare
-	} else {
-		p.VA, p.RKey, p.DMALen = wp.RETH.VA, wp.RETH.RKey, wp.RETH.DMALen
-	}
-}
+func fromWire(wp *wire.Packet, p *rc.Packet) { rcwire.FromWire(wp, p) }
 
 // The rc.Host methods below run in the device loop.
 
@@ -204,28 +175,20 @@ func (q *qpDriver) ReadResponse(id uint64, off uint32, src []byte) bool {
 
 func (q *qpDriver) AtomicResult(id uint64, orig uint64) bool { return q.work(id).AtomicResult(orig) }
 
-func (q *qpDriver) SendComplete(id uint64, st rc.Status, n uint32) {
+func (q *qpDriver) SendComplete(id uint64, st ib.WCStatus, n uint32, cause error) {
 	q.syncStats() // the counters are current when the completion is seen
-	if st != rc.Success {
-		// Fatal follows at once with the cause; complete then.
-		q.errPending, q.errSSN, q.errSt = true, id, st
-		return
+	if st != ib.WCSuccess {
+		q.dropAfter = true // the engine stopped; verbs moves the QP to ERR
 	}
 	// Release the copy before completing: once verbs retires the request,
 	// an application goroutine may Issue into the same slot.
 	q.work(id).Release()
-	q.qp.CompleteSend(id, verbs.WCSuccess, n, nil)
+	q.qp.CompleteSend(id, st, n, cause)
 }
 
 func (q *qpDriver) Fatal(cause error) {
 	q.syncStats()
 	q.dropAfter = true
-	if q.errPending {
-		q.errPending = false
-		q.work(q.errSSN).Release()
-		q.qp.CompleteSend(q.errSSN, verbs.WCStatus(q.errSt), 0, cause)
-		return
-	}
 	ev := verbs.EventQPFatal
 	switch {
 	case errors.Is(cause, rc.ErrRemoteAccess):
@@ -242,27 +205,31 @@ func (q *qpDriver) RecvBegin() bool {
 	return ok
 }
 
-func (q *qpDriver) RecvPlace(off uint32, src []byte) rc.Status {
-	switch q.qp.RecvPlace(q.rsn, uint64(off), src) {
-	case verbs.WCSuccess:
-		return rc.Success
-	case verbs.WCLocLenErr:
-		return rc.LocLenErr
-	}
-	return rc.LocProtErr
+// RecvPlace narrows verbs' answer to the three statuses rc.Host names: a
+// receive flushed meanwhile (WR_FLUSH_ERR) refuses the data like an MR.
+func (q *qpDriver) RecvPlace(off uint32, src []byte) ib.WCStatus {
+	return recvPlaceStatus(q.qp.RecvPlace(q.rsn, uint64(off), src))
 }
 
-func (q *qpDriver) RecvComplete(st rc.Status, n uint32, imm uint32, hasImm, write bool) {
-	if !q.qp.RecvComplete(q.rsn, verbs.WCStatus(st), n, imm, hasImm, write, q.destQPN) {
+func recvPlaceStatus(st ib.WCStatus) ib.WCStatus {
+	switch st {
+	case ib.WCSuccess, ib.WCLocLenErr:
+		return st
+	}
+	return ib.WCLocProtErr
+}
+
+func (q *qpDriver) RecvComplete(st ib.WCStatus, n uint32, imm uint32, hasImm, write bool) {
+	if !q.qp.RecvComplete(q.rsn, st, n, imm, hasImm, write, q.destQPN) {
 		q.qp.Fail(fmt.Errorf("qp %#x: recv cq overflowed; a receive completion was lost", q.qp.Num()), verbs.EventQPFatal, true)
 	}
 }
 
-func (q *qpDriver) RemoteCheck(rkey uint32, va uint64, n uint32, need rc.Access) rc.Status {
-	if q.qp.PD().RemoteCheck(rkey, va, uint64(n), verbs.Access(need)) != nil {
-		return rc.RemAccessErr
+func (q *qpDriver) RemoteCheck(rkey uint32, va uint64, n uint32, need ib.Access) ib.WCStatus {
+	if q.qp.PD().RemoteCheck(rkey, va, uint64(n), need) != nil {
+		return ib.WCRemAccessErr
 	}
-	return rc.Success
+	return ib.WCSuccess
 }
 
 func (q *qpDriver) RemoteWrite(rkey uint32, va uint64, src []byte) bool {
@@ -273,10 +240,6 @@ func (q *qpDriver) RemoteRead(rkey uint32, va uint64, dst []byte) bool {
 	return q.qp.PD().RemoteRead(rkey, va, dst)
 }
 
-func (q *qpDriver) RemoteAtomic(rkey uint32, va uint64, op rc.Op, cmp, swap uint64) (uint64, bool) {
-	vop := verbs.WRAtomicFetchAndAdd
-	if op == rc.OpCmpSwap {
-		vop = verbs.WRAtomicCmpAndSwp
-	}
-	return q.qp.PD().RemoteAtomic(rkey, va, vop, cmp, swap)
+func (q *qpDriver) RemoteAtomic(rkey uint32, va uint64, op ib.WROpcode, cmp, swap uint64) (uint64, bool) {
+	return q.qp.PD().RemoteAtomic(rkey, va, op, cmp, swap)
 }
