@@ -56,7 +56,8 @@ type PortAttr struct {
 type Context struct {
 	name     string
 	provider string
-	drv      Driver
+	bind     deviceBinding
+	dev      any // the provider's device, for its optional interfaces
 	attr     DeviceAttr
 
 	events  chan AsyncEvent
@@ -78,19 +79,20 @@ func Open(device string) (*Context, error) {
 	if !qualified {
 		prov, name = "", device
 	}
-	for _, p := range Providers() {
+	for _, p := range sortedProviders() {
 		if prov != "" && p.Name() != prov {
 			continue
 		}
 		for _, d := range p.Devices() {
 			if name == "" || d == name {
 				c := &Context{name: d, provider: p.Name(), events: make(chan AsyncEvent, 1024)}
-				drv, err := p.Open(d, c)
+				b, err := p.OpenDevice(d, c)
 				if err != nil {
 					return nil, fmt.Errorf("open %s: %w", d, err)
 				}
-				c.drv = drv
-				c.attr = drv.DeviceAttr()
+				c.bind = b.(deviceBinding)
+				c.dev = c.bind.Device()
+				c.attr = c.bind.DeviceAttr()
 				return c, nil
 			}
 		}
@@ -108,9 +110,6 @@ func (c *Context) Name() string { return c.name }
 // Provider is the name of the provider that owns the device.
 func (c *Context) Provider() string { return c.provider }
 
-// Driver gives the provider's driver (for provider-specific extensions).
-func (c *Context) Driver() Driver { return c.drv }
-
 // QueryDevice returns the device attributes.
 func (c *Context) QueryDevice() DeviceAttr { return c.attr }
 
@@ -119,7 +118,7 @@ func (c *Context) QueryPort(port uint8) (PortAttr, error) {
 	if port < 1 || port > c.attr.PhysPortCnt {
 		return PortAttr{}, errorf(ErrInvalidArgument, "query port: port %d: device %s has ports 1..%d", port, c.name, c.attr.PhysPortCnt)
 	}
-	return c.drv.PortAttr(port)
+	return c.bind.PortAttr(port)
 }
 
 // AsyncEvent waits for the next asynchronous event (ibv_get_async_event).
@@ -141,9 +140,9 @@ func (c *Context) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
 // and the queue of 1024 was full.
 func (c *Context) DroppedEvents() uint64 { return c.dropped.Load() }
 
-// PostEvent queues an asynchronous event for the application. It never
+// postEvent queues an asynchronous event for the application. It never
 // blocks: when the queue is full the event is counted in DroppedEvents.
-func (c *Context) PostEvent(ev AsyncEvent) {
+func (c *Context) postEvent(ev AsyncEvent) {
 	select {
 	case c.events <- ev:
 	default:
@@ -162,7 +161,7 @@ func (c *Context) Close() error {
 		return errorf(ErrBusy, "close %s: %d PDs, %d MRs, %d CQs, %d QPs still exist", c.name, c.npd, c.nmr, c.ncq, c.nqp)
 	}
 	c.closed = true
-	return c.drv.Close()
+	return c.bind.Close()
 }
 
 // count adjusts a resource count, enforcing a device limit when adding.
@@ -251,15 +250,10 @@ type PortCounter struct {
 	Value uint64
 }
 
-// PortCounterReader is implemented by drivers that keep port counters.
-type PortCounterReader interface {
-	PortCounters(port uint8) []PortCounter
-}
-
 // PortCounters returns the port's counters, or ErrUnsupported when the
 // provider keeps none (loopback moves no packets).
 func (c *Context) PortCounters(port uint8) ([]PortCounter, error) {
-	r, ok := c.drv.(PortCounterReader)
+	r, ok := c.dev.(portCounterReader)
 	if !ok {
 		return nil, errorf(ErrUnsupported, "port counters: provider %s keeps none", c.provider)
 	}

@@ -47,7 +47,7 @@ type CQ struct {
 	waiters atomic.Int32
 	notify  chan struct{}
 
-	progress Progresser // the driver, when it can progress in Poll
+	progress progresser // the device, when it can progress in Poll
 }
 
 // CreateCQ creates a completion queue that holds depth completions. When a
@@ -62,17 +62,8 @@ func (c *Context) CreateCQ(depth int) (*CQ, error) {
 		return nil, err
 	}
 	cq := &CQ{ctx: c, id: randKey() & 0xffffff, depth: depth, ring: make([]WC, depth), notify: make(chan struct{}, 1)}
-	cq.progress, _ = c.drv.(Progresser)
+	cq.progress, _ = c.dev.(progresser)
 	return cq, nil
-}
-
-// Progresser is implemented by a Driver whose transport can make progress
-// in the caller's goroutine (shared memory: serve the rings). Poll calls
-// Progress when it finds the CQ empty, so an application that polls drives
-// the transport itself, as with libibverbs' software providers, instead
-// of waiting for the provider's own goroutine to wake.
-type Progresser interface {
-	Progress()
 }
 
 // Depth is the number of completions the CQ holds.
@@ -164,7 +155,7 @@ func (cq *CQ) push(wc *WC) bool {
 	if cq.n == len(cq.ring) {
 		cq.overflowed = true
 		cq.mu.Unlock()
-		cq.ctx.PostEvent(AsyncEvent{Type: EventCQErr, CQ: cq,
+		cq.ctx.postEvent(AsyncEvent{Type: EventCQErr, CQ: cq,
 			Cause: fmt.Errorf("cq %#x overflowed at depth %d; completion of wr_id %#x on qp %#x lost", cq.id, cq.depth, wc.WRID, wc.QPNum)})
 		cq.wake()
 		return false

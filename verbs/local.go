@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/ibex-rdma/ibex/verbs/internal/wq"
 )
 
-// ExecuteLocal executes send WQE w of requester QP req directly against
+// executeLocal executes send WQE w of requester QP req directly against
 // responder QP resp in the same address space, applying the IB responder
 // rules: QP state, opcode permission (QP access flags, max_dest_rd_atomic,
 // atomic alignment), receive availability (RNR), rkey, PD, MR access and
@@ -16,19 +18,19 @@ import (
 //
 // It is the transport of providers whose QPs share memory with their peers
 // (loopback); a responder error moves resp to ERR, as a real responder does.
-func ExecuteLocal(w *SendWQE, req, resp *QP) Outcome {
+func executeLocal(w *wq.SendWQE, req, resp *QP) wq.Outcome {
 	if resp == nil {
-		return Outcome{Kind: Lost}
+		return wq.Outcome{Kind: wq.Lost}
 	}
-	if i, ok := pinAll(w.mrs); !ok {
-		return Outcome{Status: WCLocProtErr, Cause: fmt.Errorf("wr %#x %v: sge[%d]: MR lkey %#x was deregistered after posting", w.id, w.op, i, w.sge[i].LKey)}
+	if i, ok := wq.PinAll(w.MRs); !ok {
+		return wq.Outcome{Status: WCLocProtErr, Cause: fmt.Errorf("wr %#x %v: sge[%d]: MR lkey %#x was deregistered after posting", w.ID, w.Op, i, w.SGE[i].LKey)}
 	}
-	defer unpinAll(w.mrs)
+	defer wq.UnpinAll(w.MRs)
 	resp.respMu.Lock()
 	out, rf := respond(w, req, resp)
 	resp.respMu.Unlock()
 	if rf.cause != nil {
-		resp.Fail(rf.cause, rf.ev, rf.post)
+		resp.fail(rf.cause, rf.ev, rf.post)
 	}
 	return out
 }
@@ -40,42 +42,26 @@ type respFail struct {
 	post  bool
 }
 
-func pinAll(mrs []*MR) (int, bool) {
-	for i, mr := range mrs {
-		if !mr.Pin() {
-			unpinAll(mrs[:i])
-			return i, false
-		}
-	}
-	return 0, true
-}
-
-func unpinAll(mrs []*MR) {
-	for _, mr := range mrs {
-		mr.Unpin()
-	}
-}
-
-func respond(w *SendWQE, req, resp *QP) (Outcome, respFail) {
-	op := w.op
+func respond(w *wq.SendWQE, req, resp *QP) (wq.Outcome, respFail) {
+	op := w.Op
 	needRecv := op == WRSend || op == WRSendWithImm || op == WRRDMAWriteWithImm
 
 	resp.mu.Lock()
 	st, dead := resp.state, resp.destroyed
 	acc, maxDest, rnrTimer := resp.attr.AccessFlags, resp.attr.MaxDestRdAtomic, resp.attr.MinRNRTimer
-	var r *RecvWQE
+	var r *recvWQE
 	if needRecv {
 		r = resp.rq.peek()
 	}
 	resp.mu.Unlock()
 	if dead || (st != QPSRTR && st != QPSRTS && st != QPSSQD) {
-		return Outcome{Kind: Lost}, respFail{}
+		return wq.Outcome{Kind: wq.Lost}, respFail{}
 	}
 
 	// Invalid request: the responder QP does not permit the operation.
-	invReq := func(format string, args ...any) (Outcome, respFail) {
+	invReq := func(format string, args ...any) (wq.Outcome, respFail) {
 		cause := fmt.Errorf("qp %#x: invalid request from qp %#x: %s", resp.num, req.num, fmt.Sprintf(format, args...))
-		return Outcome{Status: WCRemInvReqErr, Cause: cause}, respFail{cause: cause, ev: EventQPReqErr, post: true}
+		return wq.Outcome{Status: WCRemInvReqErr, Cause: cause}, respFail{cause: cause, ev: EventQPReqErr, post: true}
 	}
 	var need Access
 	switch op {
@@ -92,88 +78,88 @@ func respond(w *SendWQE, req, resp *QP) (Outcome, respFail) {
 	if (op == WRRDMARead || op.IsAtomic()) && maxDest == 0 {
 		return invReq("%v: max_dest_rd_atomic is 0", op)
 	}
-	if op.IsAtomic() && w.raddr&7 != 0 {
-		return invReq("%v: remote address %#x is not 8-byte aligned", op, w.raddr)
+	if op.IsAtomic() && w.RemoteAddr&7 != 0 {
+		return invReq("%v: remote address %#x is not 8-byte aligned", op, w.RemoteAddr)
 	}
 	if needRecv && r == nil {
-		return Outcome{Kind: RNR, RNRTimer: rnrTimer}, respFail{}
+		return wq.Outcome{Kind: wq.RNR, RNRTimer: rnrTimer}, respFail{}
 	}
 
 	// Remote memory: rkey, PD, access and bounds. Zero-length RDMA does not
 	// check the rkey (IBA 9.7.4.1.5).
 	var remote []byte
-	if need != 0 && w.length > 0 {
-		accErr := func(format string, args ...any) (Outcome, respFail) {
+	if need != 0 && w.Length > 0 {
+		accErr := func(format string, args ...any) (wq.Outcome, respFail) {
 			cause := fmt.Errorf("qp %#x: remote access error for %v from qp %#x: %s", resp.num, op, req.num, fmt.Sprintf(format, args...))
-			return Outcome{Status: WCRemAccessErr, Cause: cause}, respFail{cause: cause, ev: EventQPAccessErr, post: true}
+			return wq.Outcome{Status: WCRemAccessErr, Cause: cause}, respFail{cause: cause, ev: EventQPAccessErr, post: true}
 		}
-		mr := resp.pd.LookupRKey(w.rkey)
+		mr := resp.pd.lookupRKey(w.RKey)
 		if mr == nil {
-			return accErr("rkey %#x is not a registered MR of the responder's PD", w.rkey)
+			return accErr("rkey %#x is not a registered MR of the responder's PD", w.RKey)
 		}
-		if mr.access&need == 0 {
-			return accErr("rkey %#x grants %v, not %v", w.rkey, mr.access, need)
+		if mr.reg.Access&need == 0 {
+			return accErr("rkey %#x grants %v, not %v", w.RKey, mr.reg.Access, need)
 		}
-		b, ok := mr.Slice(w.raddr, w.length)
+		b, ok := mr.reg.Slice(w.RemoteAddr, w.Length)
 		if !ok {
-			return accErr("[%#x, +%d) is outside MR rkey %#x [%#x, +%d)", w.raddr, w.length, w.rkey, mr.addr, len(mr.buf))
+			return accErr("[%#x, +%d) is outside MR rkey %#x [%#x, +%d)", w.RemoteAddr, w.Length, w.RKey, mr.reg.Addr, len(mr.reg.Buf))
 		}
-		if !mr.Pin() {
-			return accErr("rkey %#x was deregistered", w.rkey)
+		if !mr.reg.Pin() {
+			return accErr("rkey %#x was deregistered", w.RKey)
 		}
-		defer mr.Unpin()
+		defer mr.reg.Unpin()
 		remote = b
 	}
 
-	locProt := func() Outcome {
-		return Outcome{Status: WCLocProtErr, Cause: fmt.Errorf("wr %#x %v: a local SGE's MR lacks LOCAL_WRITE", w.id, op)}
+	locProt := func() wq.Outcome {
+		return wq.Outcome{Status: WCLocProtErr, Cause: fmt.Errorf("wr %#x %v: a local SGE's MR lacks LOCAL_WRITE", w.ID, op)}
 	}
 	var rf respFail
 	switch op {
 	case WRRDMAWrite, WRRDMAWriteWithImm:
 		if remote != nil {
-			copySG(sgCursor{flat: remote}, w.cursor())
+			wq.Copy(wq.Flat(remote), w.Cursor())
 		}
 	case WRRDMARead:
-		if !localWritable(w.mrs) {
+		if !wq.Writable(w.MRs) {
 			return locProt(), respFail{}
 		}
 		if remote != nil {
-			copySG(w.cursor(), sgCursor{flat: remote})
+			wq.Copy(w.Cursor(), wq.Flat(remote))
 		}
 	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
-		if !localWritable(w.mrs) {
+		if !wq.Writable(w.MRs) {
 			return locProt(), respFail{}
 		}
 		p := (*uint64)(unsafe.Pointer(&remote[0]))
 		var old uint64
 		if op == WRAtomicFetchAndAdd {
-			old = atomic.AddUint64(p, w.cmp) - w.cmp
+			old = atomic.AddUint64(p, w.CompareAdd) - w.CompareAdd
 		} else {
 			for {
 				old = atomic.LoadUint64(p)
-				if old != w.cmp || atomic.CompareAndSwapUint64(p, old, w.swap) {
+				if old != w.CompareAdd || atomic.CompareAndSwapUint64(p, old, w.Swap) {
 					break
 				}
 			}
 		}
-		dst, _ := w.mrs[0].Slice(w.sge[0].Addr, 8)
+		dst, _ := w.MRs[0].Slice(w.SGE[0].Addr, 8)
 		binary.NativeEndian.PutUint64(dst, old)
 	case WRSend, WRSendWithImm:
 		status := WCSuccess
-		if w.length > r.length {
+		if w.Length > r.length {
 			status = WCLocLenErr
-			cause := fmt.Errorf("qp %#x: %d-byte %v from qp %#x does not fit receive wr %#x of %d bytes", resp.num, w.length, op, req.num, r.id, r.length)
+			cause := fmt.Errorf("qp %#x: %d-byte %v from qp %#x does not fit receive wr %#x of %d bytes", resp.num, w.Length, op, req.num, r.id, r.length)
 			rf = respFail{cause: cause}
-		} else if _, ok := pinAll(r.mrs); !ok || !localWritable(r.mrs) {
+		} else if _, ok := wq.PinAll(r.mrs); !ok || !wq.Writable(r.mrs) {
 			if ok {
-				unpinAll(r.mrs)
+				wq.UnpinAll(r.mrs)
 			}
 			status = WCLocProtErr
 			rf = respFail{cause: fmt.Errorf("qp %#x: receive wr %#x: an SGE's MR is deregistered or lacks LOCAL_WRITE", resp.num, r.id)}
 		} else {
-			copySG(sgCursor{sge: r.sge, mrs: r.mrs}, w.cursor())
-			unpinAll(r.mrs)
+			wq.Copy(wq.List(r.sge, r.mrs, 0), w.Cursor())
+			wq.UnpinAll(r.mrs)
 		}
 		if status != WCSuccess {
 			resp.completeRecv(r, status, w, req)
@@ -181,7 +167,7 @@ func respond(w *SendWQE, req, resp *QP) (Outcome, respFail) {
 			if status == WCLocProtErr {
 				reqStatus = WCRemOpErr
 			}
-			return Outcome{Status: reqStatus, Cause: rf.cause}, rf
+			return wq.Outcome{Status: reqStatus, Cause: rf.cause}, rf
 		}
 	}
 	if needRecv {
@@ -189,18 +175,18 @@ func respond(w *SendWQE, req, resp *QP) (Outcome, respFail) {
 			rf = respFail{cause: fmt.Errorf("qp %#x: recv cq overflowed; completion of wr %#x lost", resp.num, r.id), ev: EventQPFatal, post: true}
 		}
 	}
-	return Outcome{Status: WCSuccess, ByteLen: uint32(w.length)}, rf
+	return wq.Outcome{Status: WCSuccess, ByteLen: uint32(w.Length)}, rf
 }
 
 // completeRecv retires the head receive WQE r with a completion for the
 // message w. The caller holds resp.respMu.
-func (resp *QP) completeRecv(r *RecvWQE, status WCStatus, w *SendWQE, req *QP) bool {
-	wc := WC{WRID: r.id, Status: status, Opcode: WCRecv, ByteLen: uint32(w.length), QPNum: resp.num, SrcQP: req.num}
-	if w.op == WRRDMAWriteWithImm {
+func (resp *QP) completeRecv(r *recvWQE, status WCStatus, w *wq.SendWQE, req *QP) bool {
+	wc := WC{WRID: r.id, Status: status, Opcode: WCRecv, ByteLen: uint32(w.Length), QPNum: resp.num, SrcQP: req.num}
+	if w.Op == WRRDMAWriteWithImm {
 		wc.Opcode = WCRecvRDMAWithImm
 	}
-	if w.op.HasImm() {
-		wc.Flags, wc.Imm = WCWithImm, w.imm
+	if w.Op.HasImm() {
+		wc.Flags, wc.Imm = WCWithImm, w.Imm
 	}
 	resp.mu.Lock()
 	resp.rq.pop()
@@ -208,69 +194,4 @@ func (resp *QP) completeRecv(r *RecvWQE, status WCStatus, w *SendWQE, req *QP) b
 	ok := resp.recvCQ.push(&wc)
 	resp.mu.Unlock()
 	return ok
-}
-
-func localWritable(mrs []*MR) bool {
-	for _, mr := range mrs {
-		if mr.access&AccessLocalWrite == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// sgCursor walks a scatter/gather list, or one flat buffer.
-type sgCursor struct {
-	flat []byte
-	sge  []SGE
-	mrs  []*MR
-	i    int
-	off  uint32
-}
-
-func (w *SendWQE) cursor() sgCursor {
-	if w.flags&SendInline != 0 {
-		return sgCursor{flat: w.inline[:w.length]}
-	}
-	return sgCursor{sge: w.sge, mrs: w.mrs}
-}
-
-// peek returns the next non-empty contiguous chunk.
-func (c *sgCursor) peek() []byte {
-	if c.sge == nil {
-		return c.flat
-	}
-	for c.i < len(c.sge) {
-		s := &c.sge[c.i]
-		if c.off < s.Length {
-			b, _ := c.mrs[c.i].Slice(s.Addr+uint64(c.off), uint64(s.Length-c.off))
-			return b
-		}
-		c.i++
-		c.off = 0
-	}
-	return nil
-}
-
-func (c *sgCursor) advance(n int) {
-	if c.sge == nil {
-		c.flat = c.flat[n:]
-		return
-	}
-	c.off += uint32(n)
-}
-
-// copySG copies from src to dst until either runs out.
-func copySG(dst, src sgCursor) int {
-	total := 0
-	for {
-		d, s := dst.peek(), src.peek()
-		if len(d) == 0 || len(s) == 0 {
-			return total
-		}
-		n := copy(d, s)
-		dst.advance(n)
-		src.advance(n)
-		total += n
-	}
 }

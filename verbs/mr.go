@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/ibex-rdma/ibex/verbs/internal/wq"
 )
 
 // PD is a protection domain (ibv_pd): MRs and QPs of one PD can reach each
@@ -30,10 +31,6 @@ func (c *Context) AllocPD() (*PD, error) {
 	}
 	return &PD{ctx: c, id: randKey()}, nil
 }
-
-// ID is the PD's identifier, random and unique among live PDs in practice;
-// providers that check PDs in shared memory publish it.
-func (pd *PD) ID() uint32 { return pd.id }
 
 // Context returns the context the PD belongs to.
 func (pd *PD) Context() *Context { return pd.ctx }
@@ -68,22 +65,16 @@ func (pd *PD) use(mr, qp int) error {
 // The region's address is the virtual address of its first byte, as in
 // libibverbs: peers name remote memory by (rkey, address).
 type MR struct {
-	pd     *PD
-	buf    []byte
-	addr   uint64
-	lkey   uint32
-	rkey   uint32
-	access Access
-
+	pd   *PD
+	lkey uint32
+	rkey uint32
 	free func() // returns AllocMR memory to the driver, after Dereg
 
-	// pins counts accesses in progress; the top bit marks the MR dead.
-	// Dereg sets the bit and waits for the count to drain, so no access
-	// touches the memory after Dereg returns.
-	pins atomic.Uint64
+	// reg is the memory, its access and its pin count: Dereg marks it dead
+	// and waits for the pins to drain, so no access touches the memory
+	// after Dereg returns.
+	reg wq.Region
 }
-
-const mrDead = 1 << 63
 
 // RegMR registers buf for the given access. The buffer must stay alive and
 // must not be resized while registered; remote write and remote atomic need
@@ -103,7 +94,7 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	if uint64(n) > pd.ctx.attr.MaxMRSize {
 		return nil, errorf(ErrInvalidArgument, "alloc mr: length %d exceeds max_mr_size %d", n, pd.ctx.attr.MaxMRSize)
 	}
-	a, ok := pd.ctx.drv.(MemAllocator)
+	a, ok := pd.ctx.dev.(memAllocator)
 	if !ok {
 		return pd.regMR(make([]byte, n), access, nil)
 	}
@@ -117,24 +108,6 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 		return nil, err
 	}
 	return mr, nil
-}
-
-// MemAllocator is implemented by a Driver that allocates memory its peers
-// can map (AllocMR). free releases it; it is called once, after Dereg.
-type MemAllocator interface {
-	AllocMem(n int) (buf []byte, free func(), err error)
-}
-
-// MRDriver is implemented by a Driver that must know every MR of its
-// context, to publish it to peers that access memory without this
-// process's CPU (shared memory).
-type MRDriver interface {
-	// RegMR is called once the keys are assigned, before RegMR returns;
-	// an error fails the registration.
-	RegMR(mr *MR) error
-	// DeregMR is called once the MR is dead (no new local access starts)
-	// and returns only when no access by a peer is in flight.
-	DeregMR(mr *MR)
 }
 
 func (pd *PD) regMR(buf []byte, access Access, free func()) (*MR, error) {
@@ -158,16 +131,15 @@ func (pd *PD) regMR(buf []byte, access Access, free func()) (*MR, error) {
 		_ = c.count(&c.nmr, -1, 0, "reg mr")
 		return nil, errorf(ErrClosed, "reg mr: pd deallocated")
 	}
-	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, free: free}
+	mr := &MR{pd: pd, free: free}
+	mr.reg.Buf, mr.reg.Addr, mr.reg.Access = buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access
 	keys.insert(mr)
-	if d, ok := c.drv.(MRDriver); ok {
-		if err := d.RegMR(mr); err != nil {
-			mr.pins.Store(mrDead)
-			keys.remove(mr)
-			_ = pd.use(-1, 0)
-			_ = c.count(&c.nmr, -1, 0, "reg mr")
-			return nil, fmt.Errorf("reg mr: %w", err)
-		}
+	if err := c.bind.RegMR(mr); err != nil {
+		mr.reg.Kill()
+		keys.remove(mr)
+		_ = pd.use(-1, 0)
+		_ = c.count(&c.nmr, -1, 0, "reg mr")
+		return nil, fmt.Errorf("reg mr: %w", err)
 	}
 	return mr, nil
 }
@@ -179,16 +151,16 @@ func (mr *MR) LKey() uint32 { return mr.lkey }
 func (mr *MR) RKey() uint32 { return mr.rkey }
 
 // Addr is the virtual address of the region's first byte.
-func (mr *MR) Addr() uint64 { return mr.addr }
+func (mr *MR) Addr() uint64 { return mr.reg.Addr }
 
 // Len is the region's length in bytes.
-func (mr *MR) Len() int { return len(mr.buf) }
+func (mr *MR) Len() int { return len(mr.reg.Buf) }
 
 // Bytes is the registered memory.
-func (mr *MR) Bytes() []byte { return mr.buf }
+func (mr *MR) Bytes() []byte { return mr.reg.Buf }
 
 // Access is the region's access rights.
-func (mr *MR) Access() Access { return mr.access }
+func (mr *MR) Access() Access { return mr.reg.Access }
 
 // PD is the protection domain the region belongs to.
 func (mr *MR) PD() *PD { return mr.pd }
@@ -197,20 +169,12 @@ func (mr *MR) PD() *PD { return mr.pd }
 // any later use of its keys fails (LOC_PROT_ERR locally, REM_ACCESS_ERR for
 // a peer) and never touches the memory.
 func (mr *MR) Dereg() error {
-	for {
-		v := mr.pins.Load()
-		if v&mrDead != 0 {
-			return errorf(ErrClosed, "dereg mr: lkey %#x already deregistered", mr.lkey)
-		}
-		if mr.pins.CompareAndSwap(v, v|mrDead) {
-			break
-		}
+	if !mr.reg.Kill() {
+		return errorf(ErrClosed, "dereg mr: lkey %#x already deregistered", mr.lkey)
 	}
 	keys.remove(mr)
-	if d, ok := mr.pd.ctx.drv.(MRDriver); ok {
-		d.DeregMR(mr)
-	}
-	for spins := 0; mr.pins.Load() != mrDead; spins++ {
+	mr.pd.ctx.bind.DeregMR(mr)
+	for spins := 0; !mr.reg.Drained(); spins++ {
 		if spins < 100 {
 			runtime.Gosched()
 		} else {
@@ -222,36 +186,6 @@ func (mr *MR) Dereg() error {
 	}
 	_ = mr.pd.use(-1, 0)
 	return mr.pd.ctx.count(&mr.pd.ctx.nmr, -1, 0, "dereg mr")
-}
-
-// Pin marks an access in progress; false means the MR is deregistered.
-// Every successful Pin must be followed by Unpin. Pins nest.
-func (mr *MR) Pin() bool {
-	for {
-		v := mr.pins.Load()
-		if v&mrDead != 0 {
-			return false
-		}
-		if mr.pins.CompareAndSwap(v, v+1) {
-			return true
-		}
-	}
-}
-
-// Unpin ends an access started by Pin.
-func (mr *MR) Unpin() { mr.pins.Add(^uint64(0)) }
-
-// Slice returns the bytes [addr, addr+n) of the region, or false when the
-// range is not inside it.
-func (mr *MR) Slice(addr uint64, n uint64) ([]byte, bool) {
-	if addr < mr.addr {
-		return nil, false
-	}
-	off := addr - mr.addr
-	if off > uint64(len(mr.buf)) || n > uint64(len(mr.buf))-off {
-		return nil, false
-	}
-	return mr.buf[off : off+n], true
 }
 
 // keyTable maps lkeys and rkeys to MRs for the whole process. Keys are
@@ -301,8 +235,8 @@ func (t *keyTable) remove(mr *MR) {
 	delete(t.rkey, mr.rkey)
 }
 
-// LookupLKey finds a live MR of pd by lkey.
-func (pd *PD) LookupLKey(lkey uint32) *MR {
+// lookupLKey finds a live MR of pd by lkey.
+func (pd *PD) lookupLKey(lkey uint32) *MR {
 	keys.mu.RLock()
 	mr := keys.lkey[lkey]
 	keys.mu.RUnlock()
@@ -312,8 +246,8 @@ func (pd *PD) LookupLKey(lkey uint32) *MR {
 	return mr
 }
 
-// LookupRKey finds a live MR of pd by rkey.
-func (pd *PD) LookupRKey(rkey uint32) *MR {
+// lookupRKey finds a live MR of pd by rkey.
+func (pd *PD) lookupRKey(rkey uint32) *MR {
 	keys.mu.RLock()
 	mr := keys.rkey[rkey]
 	keys.mu.RUnlock()

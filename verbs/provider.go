@@ -4,76 +4,82 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+
+	"github.com/ibex-rdma/ibex/verbs/internal/wq"
 )
 
-// Provider is a family of devices (loopback, shm, udp, ...). Providers
-// register themselves from an init function; programs open devices by name.
-type Provider interface {
-	// Name is the provider's short name, e.g. "loopback".
+// The provider contract is package verbs/driver: a provider implements
+// driver.Provider, driver.Device and driver.QPDriver and registers with
+// driver.Register. verbs/driver adapts those to the unexported bindings
+// below, whose method sets name only verbs' own types, so that verbs can
+// call a provider without exporting anything for it.
+
+// providerBinding is a registered provider, as verbs/driver hands it over.
+type providerBinding interface {
 	Name() string
-	// Devices lists the device names this provider offers now.
 	Devices() []string
-	// Open opens a device for one Context. The driver reports asynchronous
-	// events through c.PostEvent.
-	Open(device string, c *Context) (Driver, error)
+	// OpenDevice opens a device for c and returns its deviceBinding.
+	OpenDevice(device string, c *Context) (any, error)
 }
 
-// Driver is one opened device: what a provider implements under a Context.
-type Driver interface {
+// deviceBinding is one opened device.
+type deviceBinding interface {
 	DeviceAttr() DeviceAttr
 	PortAttr(port uint8) (PortAttr, error)
-	// NewQP attaches the transport to a newly created QP.
-	NewQP(qp *QP) (QPDriver, error)
-	// Close releases the device; every QP has been destroyed by then.
 	Close() error
+	// NewQPFor attaches the transport to a new QP and returns the
+	// provider's QPDriver (an executor or an issuer, see below).
+	NewQPFor(qp *QP) (any, error)
+	// RegMR and DeregMR tell a device that publishes MRs to its peers.
+	RegMR(mr *MR) error
+	DeregMR(mr *MR)
+	// Device is the provider's own device value, for the optional
+	// interfaces below.
+	Device() any
 }
 
-// QPDriver is a provider's transport for one QP.
-type QPDriver interface {
-	// Execute runs the send WQE at the head of the send queue and reports
-	// its outcome. It is called by one goroutine at a time per QP, in posting
-	// order, never with a verbs lock held. A provider that executes
-	// synchronously (loopback) moves the bytes here.
-	Execute(w *SendWQE) Outcome
-	// Destroy detaches the transport; Execute is not called afterwards.
-	Destroy()
-}
-
-// OutcomeKind says how a send attempt ended.
-type OutcomeKind uint8
-
-// Outcome kinds.
-const (
-	// Done: the request completed with Outcome.Status.
-	Done OutcomeKind = iota
-	// RNR: the responder had no receive posted; retry after the RNR timer
-	// given by Outcome.RNRTimer (counted against rnr_retry).
-	RNR
-	// Lost: no response arrived (unreachable or not-ready responder); retry
-	// after the QP's timeout (counted against retry_cnt).
-	Lost
+// Optional device interfaces (see verbs/driver for their contracts).
+type (
+	memAllocator interface {
+		AllocMem(n int) (buf []byte, free func(), err error)
+	}
+	portCounterReader interface {
+		PortCounters(port uint8) []PortCounter
+	}
+	progresser interface {
+		Progress()
+	}
 )
 
-// Outcome is what a QPDriver reports for one send attempt.
-type Outcome struct {
-	Kind     OutcomeKind
-	Status   WCStatus // for Done
-	ByteLen  uint32   // for Done: bytes moved (READ, atomics, SEND)
-	RNRTimer uint8    // for RNR: the responder's min_rnr_timer code
-	// Cause explains an error status; it becomes QP.Err() when the QP moves
-	// to ERR. Errors only: the success path allocates nothing.
-	Cause error
-}
+// A provider's QPDriver: Destroy plus exactly one of Execute or Issue, and
+// optionally the notifiers.
+type (
+	qpDriver interface {
+		Destroy()
+	}
+	executor interface {
+		Execute(w *wq.SendWQE) wq.Outcome
+	}
+	issuer interface {
+		Issue(w *wq.SendWQE)
+	}
+	stateNotifier interface {
+		StateChanged(from, to QPState, attr QPAttr)
+	}
+	recvNotifier interface {
+		RecvPosted()
+	}
+)
 
 var (
 	regMu     sync.RWMutex
-	providers = map[string]Provider{}
+	providers = map[string]providerBinding{}
 )
 
-// Register makes a provider available by name. It panics on a duplicate
-// name: registration happens in init functions, where that is a programming
-// error.
-func Register(p Provider) {
+// register makes a provider available by name (driver.Register). It panics
+// on a duplicate name: registration happens in init functions, where that
+// is a programming error.
+func register(p providerBinding) {
 	regMu.Lock()
 	defer regMu.Unlock()
 	if _, dup := providers[p.Name()]; dup {
@@ -82,11 +88,11 @@ func Register(p Provider) {
 	providers[p.Name()] = p
 }
 
-// Providers returns the registered providers, sorted by name.
-func Providers() []Provider {
+// sortedProviders returns the registered providers, sorted by name.
+func sortedProviders() []providerBinding {
 	regMu.RLock()
 	defer regMu.RUnlock()
-	out := make([]Provider, 0, len(providers))
+	out := make([]providerBinding, 0, len(providers))
 	for _, p := range providers {
 		out = append(out, p)
 	}
@@ -100,10 +106,12 @@ type DeviceName struct {
 	Device   string
 }
 
-// Devices lists every device of every registered provider.
+// Devices lists every device of every registered provider, sorted by
+// provider (ibv_get_device_list). A provider registers when its package
+// is imported (for example `import _ "github.com/ibex-rdma/ibex/provider/udp"`).
 func Devices() []DeviceName {
 	var out []DeviceName
-	for _, p := range Providers() {
+	for _, p := range sortedProviders() {
 		for _, d := range p.Devices() {
 			out = append(out, DeviceName{Provider: p.Name(), Device: d})
 		}

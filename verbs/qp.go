@@ -46,10 +46,11 @@ type QP struct {
 	cap      QPCap
 	sigAll   bool
 	initPSN  uint32
-	drv      QPDriver
-	issuer   Issuer        // drv, when it completes requests asynchronously
-	notify   StateNotifier // drv, when it wants state changes
-	recvNote RecvNotifier  // drv, when it wants to hear of posted receives
+	drv      qpDriver
+	exec     executor      // drv, when it executes requests in the poster's goroutine
+	issuer   issuer        // drv, when it completes requests asynchronously
+	notify   stateNotifier // drv, when it wants state changes
+	recvNote recvNotifier  // drv, when it wants to hear of posted receives
 	timer    *time.Timer
 
 	// mu guards everything below it. Lock order: respMu, then mu, then a
@@ -146,15 +147,28 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	qp.rq.init(cp.MaxRecvWR, cp.MaxRecvSGE)
 	qp.timer = time.AfterFunc(time.Hour, qp.kick)
 	qp.timer.Stop()
-	drv, err := c.drv.NewQP(qp)
+	d, err := c.bind.NewQPFor(qp)
 	if err != nil {
 		qp.release()
 		return nil, fmt.Errorf("create qp: %w", err)
 	}
+	drv, ok := d.(qpDriver)
+	if ok {
+		qp.exec, _ = d.(executor)
+		qp.issuer, _ = d.(issuer)
+	}
+	if !ok || (qp.exec == nil) == (qp.issuer == nil) {
+		// A provider bug: the contract (verbs/driver.QPDriver) asks for
+		// Destroy and exactly one of Execute and Issue.
+		if ok {
+			drv.Destroy()
+		}
+		qp.release()
+		return nil, fmt.Errorf("create qp: provider %s: its QPDriver %T must have Destroy and exactly one of Execute and Issue", c.provider, d)
+	}
 	qp.drv = drv
-	qp.issuer, _ = drv.(Issuer)
-	qp.notify, _ = drv.(StateNotifier)
-	qp.recvNote, _ = drv.(RecvNotifier)
+	qp.notify, _ = d.(stateNotifier)
+	qp.recvNote, _ = d.(recvNotifier)
 	return qp, nil
 }
 
@@ -239,7 +253,7 @@ func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 		err = checkValues(attr, mask, &qp.ctx.attr)
 	}
 	if err == nil && mask&AttrPathMTU != 0 {
-		if pa, perr := qp.ctx.drv.PortAttr(qp.portLocked(attr, mask)); perr == nil && attr.PathMTU > pa.MaxMTU {
+		if pa, perr := qp.ctx.bind.PortAttr(qp.portLocked(attr, mask)); perr == nil && attr.PathMTU > pa.MaxMTU {
 			err = errorf(ErrInvalidArgument, "path_mtu %d exceeds the port's max_mtu %d", attr.PathMTU.Bytes(), pa.MaxMTU.Bytes())
 		}
 	}
@@ -324,9 +338,10 @@ func (qp *QP) Destroy() error {
 	return nil
 }
 
-// Destroyed reports whether Destroy was called; providers use it to stop
+// destroyedFast reports whether Destroy was called, without a lock;
+// providers use it (driver.QP.Destroyed) to stop
 // delivering to a QP.
-func (qp *QP) Destroyed() bool { return qp.dead.Load() }
+func (qp *QP) destroyedFast() bool { return qp.dead.Load() }
 
 // Info returns the connection info a peer needs: QPN, initial PSN, and the
 // port's GID, LID and active MTU.
@@ -334,7 +349,7 @@ func (qp *QP) Info() ConnInfo {
 	qp.mu.Lock()
 	port := qp.portLocked(&QPAttr{}, 0)
 	qp.mu.Unlock()
-	pa, _ := qp.ctx.drv.PortAttr(port)
+	pa, _ := qp.ctx.bind.PortAttr(port)
 	return ConnInfo{QPN: qp.num, PSN: qp.initPSN, GID: pa.GID, LID: pa.LID, MTU: pa.ActiveMTU}
 }
 
@@ -418,9 +433,9 @@ type qpCounters struct {
 	rnrNaksSent, errNaksSent, errNaksRecv, duplicates, outOfSequence atomic.Uint64
 }
 
-// AddStats adds a transport's counts (what its protocol engine saw) to the
+// addStats adds a transport's counts (what its protocol engine saw) to the
 // QP's counters.
-func (qp *QP) AddStats(d QPStats) {
+func (qp *QP) addStats(d QPStats) {
 	c := &qp.ctr
 	c.rnrNaks.Add(d.RNRNaks)
 	c.retries.Add(d.Retries)

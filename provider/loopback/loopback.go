@@ -15,23 +15,24 @@ import (
 	"sync/atomic"
 
 	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/verbs/driver"
 )
 
 // DeviceName is the name of the loopback device.
 const DeviceName = "loop0"
 
-func init() { verbs.Register(provider{}) }
+func init() { driver.Register(provider{}) }
 
 type provider struct{}
 
 func (provider) Name() string      { return "loopback" }
 func (provider) Devices() []string { return []string{DeviceName} }
 
-func (provider) Open(device string, c *verbs.Context) (verbs.Driver, error) {
+func (provider) Open(device string, c driver.Context) (driver.Device, error) {
 	if device != DeviceName {
 		return nil, fmt.Errorf("loopback: device %q: %w", device, verbs.ErrNoDevice)
 	}
-	d := &driver{ctx: c}
+	d := &opened{ctx: c}
 	dev.mu.Lock()
 	dev.ctxs[d] = struct{}{}
 	dev.mu.Unlock()
@@ -41,14 +42,14 @@ func (provider) Open(device string, c *verbs.Context) (verbs.Driver, error) {
 // device is the state all contexts of loop0 share.
 type device struct {
 	mu   sync.RWMutex
-	qps  map[uint32]*verbs.QP
-	ctxs map[*driver]struct{}
+	qps  map[uint32]driver.QP
+	ctxs map[*opened]struct{}
 
 	portState atomic.Uint32
 }
 
 var dev = func() *device {
-	d := &device{qps: map[uint32]*verbs.QP{}, ctxs: map[*driver]struct{}{}}
+	d := &device{qps: map[uint32]driver.QP{}, ctxs: map[*opened]struct{}{}}
 	d.portState.Store(uint32(verbs.PortActive))
 	return d
 }()
@@ -84,13 +85,13 @@ var attr = verbs.DeviceAttr{
 	Caps: verbs.CapOneSided | verbs.CapCompleteAtPost,
 }
 
-type driver struct {
-	ctx *verbs.Context
+type opened struct {
+	ctx driver.Context
 }
 
-func (d *driver) DeviceAttr() verbs.DeviceAttr { return attr }
+func (d *opened) DeviceAttr() verbs.DeviceAttr { return attr }
 
-func (d *driver) PortAttr(port uint8) (verbs.PortAttr, error) {
+func (d *opened) PortAttr(port uint8) (verbs.PortAttr, error) {
 	if port != 1 {
 		return verbs.PortAttr{}, fmt.Errorf("loopback: port %d: %w", port, verbs.ErrInvalidArgument)
 	}
@@ -106,7 +107,7 @@ func (d *driver) PortAttr(port uint8) (verbs.PortAttr, error) {
 	}, nil
 }
 
-func (d *driver) NewQP(qp *verbs.QP) (verbs.QPDriver, error) {
+func (d *opened) NewQP(qp driver.QP) (driver.QPDriver, error) {
 	dev.mu.Lock()
 	defer dev.mu.Unlock()
 	if _, dup := dev.qps[qp.Num()]; dup {
@@ -116,7 +117,7 @@ func (d *driver) NewQP(qp *verbs.QP) (verbs.QPDriver, error) {
 	return &qpDriver{qp: qp}, nil
 }
 
-func (d *driver) Close() error {
+func (d *opened) Close() error {
 	dev.mu.Lock()
 	delete(dev.ctxs, d)
 	dev.mu.Unlock()
@@ -143,23 +144,23 @@ func SetPortState(s verbs.PortState) {
 }
 
 type qpDriver struct {
-	qp *verbs.QP
+	qp driver.QP
 	// peer caches the destination QP; it is re-resolved when the QP's
 	// destination changes or the cached QP is destroyed.
-	peer    *verbs.QP
+	peer    driver.QP
 	peerQPN uint32
 }
 
-func (q *qpDriver) Execute(w *verbs.SendWQE) verbs.Outcome {
+func (q *qpDriver) Execute(w *driver.SendWQE) driver.Outcome {
 	if verbs.PortState(dev.portState.Load()) != verbs.PortActive {
-		return verbs.Outcome{Kind: verbs.Lost}
+		return driver.Outcome{Kind: driver.Lost}
 	}
-	return verbs.ExecuteLocal(w, q.qp, q.resolve())
+	return driver.ExecuteLocal(w, q.qp, q.resolve())
 }
 
-func (q *qpDriver) resolve() *verbs.QP {
+func (q *qpDriver) resolve() driver.QP {
 	dst := q.qp.DestQPN()
-	if q.peer != nil && q.peerQPN == dst && !q.peer.Destroyed() {
+	if q.peer.Valid() && q.peerQPN == dst && !q.peer.Destroyed() {
 		return q.peer
 	}
 	dev.mu.RLock()

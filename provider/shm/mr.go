@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/verbs/driver"
 )
 
 // Memory regions. Every MR of a node is published in the node's key table
@@ -54,7 +55,7 @@ func (n *node) AllocMem(size int) ([]byte, func(), error) {
 	}, nil
 }
 
-func (n *node) RegMR(mr *verbs.MR) error {
+func (n *node) RegMR(mr driver.MR) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.keys.free) == 0 {
@@ -85,7 +86,7 @@ func (n *node) RegMR(mr *verbs.MR) error {
 // are a copy or one system call, so only a stopped peer takes long.
 const drainWait = 10 * time.Second
 
-func (n *node) DeregMR(mr *verbs.MR) {
+func (n *node) DeregMR(mr driver.MR) {
 	n.mu.Lock()
 	idx, ok := n.keys.byLKey[mr.LKey()]
 	if !ok {

@@ -14,19 +14,20 @@ import (
 	"github.com/ibex-rdma/ibex/internal/shmem"
 	"github.com/ibex-rdma/ibex/internal/units"
 	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/verbs/driver"
 )
 
 // DeviceName is the shared-memory device.
 const DeviceName = "shm0"
 
-func init() { verbs.Register(provider{}) }
+func init() { driver.Register(provider{}) }
 
 type provider struct{}
 
 func (provider) Name() string      { return "shm" }
 func (provider) Devices() []string { return []string{DeviceName} }
 
-func (provider) Open(device string, c *verbs.Context) (verbs.Driver, error) {
+func (provider) Open(device string, c driver.Context) (driver.Device, error) {
 	if device != DeviceName {
 		return nil, fmt.Errorf("shm: device %q: %w", device, verbs.ErrNoDevice)
 	}
@@ -86,7 +87,7 @@ func portUp() bool { return verbs.PortState(portState.Load()) == verbs.PortActiv
 // socket peers connect to, and a progress goroutine serving the rings of
 // its QPs.
 type node struct {
-	ctx *verbs.Context
+	ctx driver.Context
 	pid int
 	num uint32
 	gid verbs.GID
@@ -128,7 +129,7 @@ type retiredHalf struct {
 	at  time.Time
 }
 
-func openNode(c *verbs.Context) (*node, error) {
+func openNode(c driver.Context) (*node, error) {
 	size, err := poolSize()
 	if err != nil {
 		return nil, err
@@ -396,7 +397,7 @@ func (n *node) retireHalf(off uint64) {
 
 var halfGen atomic.Uint64
 
-func (n *node) NewQP(qp *verbs.QP) (verbs.QPDriver, error) {
+func (n *node) NewQP(qp driver.QP) (driver.QPDriver, error) {
 	n.mu.Lock()
 	if len(n.freeSlots) == 0 {
 		n.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/internal/shmem"
 	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/verbs/driver"
 )
 
 // link is a QP's connection: its half, the peer and, once the peer
@@ -55,7 +56,7 @@ type entry struct {
 // QP to ERR, and the requester calls CompleteSend holding mu.
 type qpDriver struct {
 	n    *node
-	qp   *verbs.QP
+	qp   driver.QP
 	slot int
 
 	link    atomic.Pointer[link]
@@ -63,7 +64,7 @@ type qpDriver struct {
 	stopped atomic.Bool // ERR or RESET: issue nothing more
 
 	mu          sync.Mutex
-	works       []verbs.SendWork
+	works       []driver.SendWork
 	ents        []entry
 	head, next  uint64 // [head,next) started, [next,tail) waiting
 	tail        uint64
@@ -92,26 +93,23 @@ type qpDriver struct {
 	acked     uint64
 }
 
-func newQPDriver(n *node, qp *verbs.QP, slot int) *qpDriver {
+func newQPDriver(n *node, qp driver.QP, slot int) *qpDriver {
 	cp := qp.Cap()
-	q := &qpDriver{n: n, qp: qp, slot: slot, works: make([]verbs.SendWork, cp.MaxSendWR), ents: make([]entry, cp.MaxSendWR),
+	q := &qpDriver{n: n, qp: qp, slot: slot, works: make([]driver.SendWork, cp.MaxSendWR), ents: make([]entry, cp.MaxSendWR),
 		iov: make([][]byte, 0, cp.MaxSendSGE+1)}
 	for i := range q.works {
-		q.works[i].Init(cp)
+		q.works[i].Init(cp.MaxSendSGE, cp.MaxInlineData)
 	}
 	q.timer = time.AfterFunc(time.Hour, q.onTimer)
 	q.timer.Stop()
 	return q
 }
 
-// Execute is not used: the QP is an Issuer.
-func (q *qpDriver) Execute(*verbs.SendWQE) verbs.Outcome { return verbs.Outcome{Kind: verbs.Lost} }
-
-func (q *qpDriver) Issue(w *verbs.SendWQE) {
+func (q *qpDriver) Issue(w *driver.SendWQE) {
 	q.mu.Lock()
 	i := q.tail % uint64(len(q.ents))
 	w.CopyTo(&q.works[i])
-	q.ents[i] = entry{ssn: w.SSN(), op: w.Opcode()}
+	q.ents[i] = entry{ssn: w.SSN, op: w.Op}
 	q.tail++
 	q.pumpLocked()
 	q.mu.Unlock()
@@ -783,7 +781,7 @@ func (q *qpDriver) respFail(l *link, st uint32, why string) (verbs.WCStatus, err
 // oneSided moves the bytes of a WRITE, READ or atomic (or a
 // WRITE_WITH_IMM's data) between our memory and the peer's, with no code
 // running in the peer.
-func (q *qpDriver) oneSided(l *link, e *entry, w *verbs.SendWork) (verbs.WCStatus, error) {
+func (q *qpDriver) oneSided(l *link, e *entry, w *driver.SendWork) (verbs.WCStatus, error) {
 	need, why := respChecks(l, e.op, w.RemoteAddr)
 	if why != "" {
 		return q.respFail(l, stInvReq, "invalid request: "+why)
@@ -873,7 +871,7 @@ func (q *qpDriver) oneSided(l *link, e *entry, w *verbs.SendWork) (verbs.WCStatu
 // responder, which executes it with sync/atomic on its own memory: no
 // other process can do that atomically. It reports queued when it did.
 // For pool memory it returns (Success, nil, false): run it one-sided.
-func (q *qpDriver) atomicViaTarget(l *link, e *entry, w *verbs.SendWork) (verbs.WCStatus, error, bool) {
+func (q *qpDriver) atomicViaTarget(l *link, e *entry, w *driver.SendWork) (verbs.WCStatus, error, bool) {
 	need, why := respChecks(l, e.op, w.RemoteAddr)
 	if why != "" {
 		st, cause := q.respFail(l, stInvReq, "invalid request: "+why)

@@ -17,6 +17,7 @@ import (
 	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/verbs/driver"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -76,7 +77,7 @@ type device struct {
 
 	mu       sync.Mutex // guards cmds and ctxs
 	cmds     []cmd
-	ctxs     map[*driver]struct{}
+	ctxs     map[*opened]struct{}
 	pending  atomic.Bool // cmds is not empty
 	sleeping atomic.Bool
 	stop     atomic.Bool
@@ -109,7 +110,7 @@ func startDevice(name string, addr netip.AddrPort) (*device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udp: device %s: bind %v: %w", name, addr, err)
 	}
-	d := &device{name: name, addr: addr, conn: conn, start: time.Now(), ctxs: map[*driver]struct{}{},
+	d := &device{name: name, addr: addr, conn: conn, start: time.Now(), ctxs: map[*opened]struct{}{},
 		done: make(chan struct{}), qps: map[uint32]*qpDriver{}, icrc: map[netip.AddrPort]*wire.ICRCPrefix{},
 		idPre: map[netip.AddrPort]*[udpMaxSegs]wire.ICRCPrefix{}, touched: make([]*qpDriver, 0, 256),
 		held: make([]heldPkt, 0, 64), acks: make([]*qpDriver, 0, 64), scratch: make([]byte, maxDgram)}
@@ -192,7 +193,7 @@ func (d *device) rcvBuf() int {
 	return n
 }
 
-func (d *device) addContext(drv *driver) {
+func (d *device) addContext(drv *opened) {
 	d.mu.Lock()
 	d.ctxs[drv] = struct{}{}
 	d.mu.Unlock()
@@ -671,9 +672,9 @@ func (d *device) apply(c *cmd) {
 }
 
 // driver is one context's view of the device.
-type driver struct {
+type opened struct {
 	dev    *device
-	ctx    *verbs.Context
+	ctx    driver.Context
 	closed bool
 }
 
@@ -702,9 +703,9 @@ var attr = verbs.DeviceAttr{
 	Caps: verbs.CapSameHost | verbs.CapOtherHosts | verbs.CapOrderedPlacement | verbs.CapProgressThread,
 }
 
-func (drv *driver) DeviceAttr() verbs.DeviceAttr { return attr }
+func (drv *opened) DeviceAttr() verbs.DeviceAttr { return attr }
 
-func (drv *driver) PortAttr(port uint8) (verbs.PortAttr, error) {
+func (drv *opened) PortAttr(port uint8) (verbs.PortAttr, error) {
 	if port != 1 {
 		return verbs.PortAttr{}, fmt.Errorf("udp: port %d: %w", port, verbs.ErrInvalidArgument)
 	}
@@ -714,17 +715,17 @@ func (drv *driver) PortAttr(port uint8) (verbs.PortAttr, error) {
 	}, nil
 }
 
-func (drv *driver) NewQP(qp *verbs.QP) (verbs.QPDriver, error) {
+func (drv *opened) NewQP(qp driver.QP) (driver.QPDriver, error) {
 	q := &qpDriver{dev: drv.dev, qp: qp}
-	q.works = make([]verbs.SendWork, qp.Cap().MaxSendWR)
+	q.works = make([]driver.SendWork, qp.Cap().MaxSendWR)
 	for i := range q.works {
-		q.works[i].Init(qp.Cap())
+		q.works[i].Init(qp.Cap().MaxSendSGE, qp.Cap().MaxInlineData)
 	}
 	drv.dev.post(cmd{kind: cmdAddQP, q: q})
 	return q, nil
 }
 
-func (drv *driver) Close() error {
+func (drv *opened) Close() error {
 	drv.dev.mu.Lock()
 	drv.closed = true
 	drv.dev.mu.Unlock()
@@ -735,7 +736,7 @@ func (drv *driver) Close() error {
 // AllocMem gives AllocMR page-aligned memory mapped outside the Go heap:
 // the garbage collector never scans or moves it, and RDMA buffers of any
 // size cost it nothing. Freed (unmapped) after Dereg.
-func (drv *driver) AllocMem(n int) ([]byte, func(), error) {
+func (drv *opened) AllocMem(n int) ([]byte, func(), error) {
 	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return nil, nil, fmt.Errorf("udp: alloc mr: mmap %d bytes: %w", n, err)

@@ -121,7 +121,7 @@ func rxeFrames(t *testing.T, name string) []*rxeFrame {
 // the command handlers run in the test's goroutine, as they would in the
 // loop's.
 func testDevice(addr netip.AddrPort) *device {
-	return &device{name: "rxe-interop", addr: addr, start: time.Now(), ctxs: map[*driver]struct{}{},
+	return &device{name: "rxe-interop", addr: addr, start: time.Now(), ctxs: map[*opened]struct{}{},
 		done: make(chan struct{}), qps: map[uint32]*qpDriver{}, icrc: map[netip.AddrPort]*wire.ICRCPrefix{}}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/rc/rcwire"
 	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/verbs/driver"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -18,8 +19,8 @@ import (
 // in the device loop, which owns the engine.
 type qpDriver struct {
 	dev   *device
-	qp    *verbs.QP
-	works []verbs.SendWork // the copy of request ssn is works[ssn%len]
+	qp    driver.QP
+	works []driver.SendWork // the copy of request ssn is works[ssn%len]
 
 	// Loop-owned.
 	eng       *rc.Conn
@@ -33,13 +34,10 @@ type qpDriver struct {
 	ready     bool     // on the device's ready list
 }
 
-// Execute is not used: the QP is an Issuer.
-func (q *qpDriver) Execute(*verbs.SendWQE) verbs.Outcome { return verbs.Outcome{Kind: verbs.Lost} }
-
 // Issue copies the request and hands it to the loop.
-func (q *qpDriver) Issue(w *verbs.SendWQE) {
-	w.CopyTo(&q.works[w.SSN()%uint64(len(q.works))])
-	q.dev.post(cmd{kind: cmdIssue, q: q, ssn: w.SSN()})
+func (q *qpDriver) Issue(w *driver.SendWQE) {
+	w.CopyTo(&q.works[w.SSN%uint64(len(q.works))])
+	q.dev.post(cmd{kind: cmdIssue, q: q, ssn: w.SSN})
 }
 
 // StateChanged hands the change to the loop; it never blocks, because the
@@ -163,7 +161,7 @@ func fromWire(wp *wire.Packet, p *rc.Packet) { rcwire.FromWire(wp, p) }
 
 // The rc.Host methods below run in the device loop.
 
-func (q *qpDriver) work(id uint64) *verbs.SendWork { return &q.works[id%uint64(len(q.works))] }
+func (q *qpDriver) work(id uint64) *driver.SendWork { return &q.works[id%uint64(len(q.works))] }
 
 func (q *qpDriver) Payload(id uint64, off uint32, dst []byte) bool {
 	return q.work(id).Gather(uint64(off), dst)
@@ -205,18 +203,8 @@ func (q *qpDriver) RecvBegin() bool {
 	return ok
 }
 
-// RecvPlace narrows verbs' answer to the three statuses rc.Host names: a
-// receive flushed meanwhile (WR_FLUSH_ERR) refuses the data like an MR.
 func (q *qpDriver) RecvPlace(off uint32, src []byte) ib.WCStatus {
-	return recvPlaceStatus(q.qp.RecvPlace(q.rsn, uint64(off), src))
-}
-
-func recvPlaceStatus(st ib.WCStatus) ib.WCStatus {
-	switch st {
-	case ib.WCSuccess, ib.WCLocLenErr:
-		return st
-	}
-	return ib.WCLocProtErr
+	return q.qp.RecvPlace(q.rsn, uint64(off), src)
 }
 
 func (q *qpDriver) RecvComplete(st ib.WCStatus, n uint32, imm uint32, hasImm, write bool) {

@@ -25,6 +25,7 @@ import (
 	"sync"
 
 	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/verbs/driver"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -49,7 +50,7 @@ func init() {
 		}
 	}
 	prov.conf[DefaultDevice] = addr
-	verbs.Register(prov)
+	driver.Register(prov)
 }
 
 func parseAddr(s string) (netip.AddrPort, error) {
@@ -99,7 +100,7 @@ func (p *provider) Devices() []string {
 
 // Open starts the device's socket and progress loop on first use; later
 // opens share them, and the last Close stops them.
-func (p *provider) Open(name string, c *verbs.Context) (verbs.Driver, error) {
+func (p *provider) Open(name string, c driver.Context) (driver.Device, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	addr, ok := p.conf[name]
@@ -114,7 +115,7 @@ func (p *provider) Open(name string, c *verbs.Context) (verbs.Driver, error) {
 		}
 		p.live[name] = d
 	}
-	drv := &driver{dev: d, ctx: c}
+	drv := &opened{dev: d, ctx: c}
 	d.addContext(drv)
 	return drv, nil
 }
@@ -144,7 +145,7 @@ func Counters(device string) (PortCounters, bool) {
 }
 
 // PortCounters implements verbs.PortCounterReader.
-func (drv *driver) PortCounters(port uint8) []verbs.PortCounter {
+func (drv *opened) PortCounters(port uint8) []verbs.PortCounter {
 	c := drv.dev.counters()
 	return []verbs.PortCounter{
 		{Name: "PortXmitData", Value: c.PortXmitData}, {Name: "PortRcvData", Value: c.PortRcvData},

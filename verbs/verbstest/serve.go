@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/verbs/driver"
 )
 
 // Serve answers one connection from the suite: it opens a context with
@@ -291,14 +292,14 @@ func (s *server) do(req *request, resp *response) error {
 		// between the provider's accesses and ours that the test's real
 		// synchronisation provides but the detector cannot see when it
 		// crosses processes (a completion seen by the other end).
-		pinned := m.mr.Pin()
+		pinned := driver.MR{MR: m.mr}.Pin()
 		if req.Op == opRead {
 			resp.Data = append([]byte(nil), m.buf[req.Off:req.Off+n]...)
 		} else {
 			copy(m.buf[req.Off:], req.Data)
 		}
 		if pinned {
-			m.mr.Unpin()
+			driver.MR{MR: m.mr}.Unpin()
 		}
 		return nil
 	case opCreateQP:
