@@ -40,6 +40,7 @@ import (
 	"github.com/ibex-rdma/ibex/internal/pcap"
 	"github.com/ibex-rdma/ibex/internal/shared"
 	"github.com/ibex-rdma/ibex/rc"
+	"github.com/ibex-rdma/ibex/rc/rcwire"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -247,35 +248,16 @@ func conns(t *testing.T, name string, fs []*frame) []*conn {
 }
 
 // ---------------------------------------------------------------------------
-// rc.Packet <-> wire.Packet, as provider/udp's qpDriver.encode and fromWire
-// do it (P_Key 0xffff, MigReq 0, TVer 0, FECN/BECN 0, reserved bits 0).
+// rc.Packet <-> wire.Packet through rcwire, the mapping provider/udp uses
+// (P_Key 0xffff, MigReq 0, TVer 0, FECN/BECN 0, reserved bits 0).
 
-func toWire(p *rc.Packet) wire.Packet {
-	wp := wire.Packet{Payload: p.Payload}
-	wp.BTH = wire.BTH{Opcode: p.Opcode, SE: p.SE, PKey: 0xffff, DestQP: p.DestQPN, AckReq: p.AckReq, PSN: p.PSN}
-	switch {
-	case p.Opcode.Has(ib.MaskAtomicETH):
-		wp.AtomicETH = wire.AtomicETH{VA: p.VA, RKey: p.RKey, SwapAdd: p.SwapAdd, Compare: p.Compare}
-	case p.Opcode.Has(ib.MaskRETH):
-		wp.RETH = wire.RETH{VA: p.VA, RKey: p.RKey, DMALen: p.DMALen}
-	}
-	if p.Opcode.Has(ib.MaskAETH) {
-		wp.AETH = wire.AETH{Syndrome: p.Syndrome, MSN: p.MSN}
-	}
-	wp.AtomicAck = p.Orig
-	wp.Imm = p.Imm
+func toWire(p *rc.Packet) (wp wire.Packet) {
+	rcwire.ToWire(p, p.DestQPN, &wp)
 	return wp
 }
 
-func fromWire(wp *wire.Packet) rc.Packet {
-	op := wp.BTH.Opcode
-	p := rc.Packet{Opcode: op, SE: wp.BTH.SE, AckReq: wp.BTH.AckReq, DestQPN: wp.BTH.DestQP, PSN: wp.BTH.PSN,
-		Syndrome: wp.AETH.Syndrome, MSN: wp.AETH.MSN, Orig: wp.AtomicAck, Imm: wp.Imm, Payload: wp.Payload}
-	if op.Has(ib.MaskAtomicETH) {
-		p.VA, p.RKey, p.SwapAdd, p.Compare = wp.AtomicETH.VA, wp.AtomicETH.RKey, wp.AtomicETH.SwapAdd, wp.AtomicETH.Compare
-	} else {
-		p.VA, p.RKey, p.DMALen = wp.RETH.VA, wp.RETH.RKey, wp.RETH.DMALen
-	}
+func fromWire(wp *wire.Packet) (p rc.Packet) {
+	rcwire.FromWire(wp, &p)
 	return p
 }
 

@@ -51,6 +51,15 @@ func dataOpcode(op ib.WROpcode, first, last bool) ib.Opcode {
 	return base + 1 // MIDDLE
 }
 
+// atomicOpcode is the BTH opcode of an atomic work request
+// (ib.WRAtomicCmpAndSwp or ib.WRAtomicFetchAndAdd).
+func atomicOpcode(op ib.WROpcode) ib.Opcode {
+	if op == ib.WRAtomicCmpAndSwp {
+		return ib.RCCompareSwap
+	}
+	return ib.RCFetchAdd
+}
+
 // atomicOp is the work-request opcode the responder executes for an atomic
 // request packet (RCCompareSwap or RCFetchAdd).
 func atomicOp(op ib.Opcode) ib.WROpcode {
@@ -58,6 +67,17 @@ func atomicOp(op ib.Opcode) ib.WROpcode {
 		return ib.WRAtomicCmpAndSwp
 	}
 	return ib.WRAtomicFetchAndAdd
+}
+
+// placeStatus narrows a Host.RecvPlace answer to the three statuses the
+// responder tells apart: any other failure (a receive flushed meanwhile)
+// refuses the data as an MR would.
+func placeStatus(st ib.WCStatus) ib.WCStatus {
+	switch st {
+	case ib.WCSuccess, ib.WCLocLenErr:
+		return st
+	}
+	return ib.WCLocProtErr
 }
 
 // nakStatus is the completion status of a request the responder answered

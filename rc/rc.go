@@ -71,7 +71,7 @@ type Host interface {
 	RecvBegin() bool
 	// RecvPlace writes a SEND's payload at off of the current receive:
 	// ib.WCLocLenErr if it does not fit, ib.WCLocProtErr if its memory
-	// refuses.
+	// refuses; any other error status is taken as ib.WCLocProtErr.
 	RecvPlace(off uint32, src []byte) ib.WCStatus
 	// RecvComplete completes the current receive. write says it was taken
 	// by an RDMA WRITE with immediate.

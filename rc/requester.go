@@ -184,10 +184,9 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 		r.psn = ib.PSNAdd(r.psn, int(n))
 		lastPkt = r.off >= w.Len
 	default: // atomics
-		pkt.Opcode = ib.RCFetchAdd
+		pkt.Opcode = atomicOpcode(w.Op)
 		pkt.SwapAdd = w.CompareAdd
 		if w.Op == ib.WRAtomicCmpAndSwp {
-			pkt.Opcode = ib.RCCompareSwap
 			pkt.Compare, pkt.SwapAdd = w.CompareAdd, w.Swap
 		}
 		pkt.VA, pkt.RKey = w.RemoteAddr, w.RKey

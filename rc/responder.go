@@ -184,7 +184,7 @@ func (r *responder) receive(now int64, pkt *Packet) {
 				r.classC(ib.SynNAKRemoteAccess, p, "RDMA WRITE rkey %#x became invalid mid-message", r.rkey)
 				return
 			}
-		} else if st := r.c.host.RecvPlace(r.off, pkt.Payload); st != ib.WCSuccess {
+		} else if st := placeStatus(r.c.host.RecvPlace(r.off, pkt.Payload)); st != ib.WCSuccess {
 			r.endRecv(st)
 			if st == ib.WCLocLenErr {
 				r.classC(ib.SynNAKInvalidRequest, p, "SEND of more than the receive buffer holds")
