@@ -1,0 +1,333 @@
+package rctest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync"
+)
+
+// Faults is how a Network misbehaves. The zero value is a perfect network:
+// nothing lost, duplicated or corrupted, no partition and no delay (a
+// datagram can be received at the time it was sent, in sending order).
+// Every random choice is drawn from the network's seed, in sending order.
+type Faults struct {
+	Loss     float64 // probability that a datagram is lost
+	Dup      float64 // probability that it arrives twice
+	Corrupt  float64 // probability that an arriving copy has one bit flipped
+	MinDelay int64   // ns every copy takes
+	Jitter   int64   // up to this many ns more, uniform per copy: reordering
+	// Partitions are the times during which every datagram sent is lost;
+	// Network.Partition and Heal cut and restore the network by hand.
+	Partitions []Window
+	// Hold keeps every datagram in flight until Deliver, Drop or Duplicate
+	// names it: a scripted test decides what arrives and when.
+	Hold bool
+}
+
+// Window is the time span [From, To), in ns of the network's clock.
+type Window struct{ From, To int64 }
+
+func (f Faults) String() string {
+	return fmt.Sprintf("loss %.3g dup %.3g corrupt %.3g delay %d+%dns partitions %v", f.Loss, f.Dup, f.Corrupt, f.MinDelay, f.Jitter, f.Partitions)
+}
+
+// Datagram is one datagram in flight.
+type Datagram struct {
+	ID       uint64 // in sending order, from 1 (a duplicate gets its own)
+	From, To netip.AddrPort
+	At       int64 // when it can be received; held datagrams have none yet
+	Data     []byte
+}
+
+// NetStats are a network's counters, in datagrams.
+type NetStats struct {
+	Sent        uint64 // handed to Send
+	Lost        uint64 // lost at random
+	Partitioned uint64 // lost to a partition
+	Unroutable  uint64 // sent to an address with no endpoint
+	Duplicated  uint64 // extra copies made
+	Corrupted   uint64 // copies with a bit flipped
+	Dropped     uint64 // held datagrams dropped by Drop
+	Received    uint64 // returned by Recv
+}
+
+// Network is a seeded in-memory datagram network with a virtual clock, in
+// ns, that only its user moves (Advance). It is safe for concurrent use.
+type Network struct {
+	mu     sync.Mutex
+	rng    *rand.Rand
+	f      Faults
+	now    int64
+	cut    bool
+	nextID uint64
+	eps    map[netip.AddrPort]*Endpoint
+	held   []Datagram
+	free   [][]byte // datagram buffers to reuse
+	stats  NetStats
+}
+
+// NewNetwork returns a network at time 0 whose faults are drawn from seed.
+func NewNetwork(seed uint64, f Faults) *Network {
+	return &Network{rng: rand.New(rand.NewPCG(seed, 0x6e6574)), f: f, eps: map[netip.AddrPort]*Endpoint{}}
+}
+
+// Endpoint attaches a new endpoint at addr. It panics if addr has one.
+func (n *Network) Endpoint(addr netip.AddrPort) *Endpoint {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.eps[addr] != nil {
+		panic("rctest: two endpoints at " + addr.String())
+	}
+	e := &Endpoint{n: n, addr: addr}
+	n.eps[addr] = e
+	return e
+}
+
+// Now returns the network's time.
+func (n *Network) Now() int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.now
+}
+
+// Advance moves the clock to t; an earlier t changes nothing.
+func (n *Network) Advance(t int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.now = max(n.now, t)
+}
+
+// Next returns the earliest time a datagram in flight (not held) can be
+// received, or 0 if there is none.
+func (n *Network) Next() int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var t int64
+	for _, e := range n.eps {
+		if len(e.q) > 0 && (t == 0 || e.q[0].At < t) {
+			t = e.q[0].At
+		}
+	}
+	return t
+}
+
+// Partition cuts the network: every datagram sent until Heal is lost.
+func (n *Network) Partition() { n.mu.Lock(); n.cut = true; n.mu.Unlock() }
+
+// Heal ends a Partition.
+func (n *Network) Heal() { n.mu.Lock(); n.cut = false; n.mu.Unlock() }
+
+// Stats returns the network's counters.
+func (n *Network) Stats() NetStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stats
+}
+
+// Held returns the held datagrams (Faults.Hold) in sending order. Their
+// Data must not be modified.
+func (n *Network) Held() []Datagram {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.held)
+}
+
+// Deliver makes held datagram id receivable now; false if none is held.
+func (n *Network) Deliver(id uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	i := n.heldIndex(id)
+	if i < 0 {
+		return false
+	}
+	d := n.held[i]
+	n.held = slices.Delete(n.held, i, i+1)
+	d.At = n.now
+	n.eps[d.To].arrive(d)
+	return true
+}
+
+// Drop loses held datagram id; false if none is held.
+func (n *Network) Drop(id uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	i := n.heldIndex(id)
+	if i < 0 {
+		return false
+	}
+	n.free = append(n.free, n.held[i].Data)
+	n.held = slices.Delete(n.held, i, i+1)
+	n.stats.Dropped++
+	return true
+}
+
+// Duplicate holds a copy of held datagram id, right after it, and returns
+// the copy's ID; false if none is held.
+func (n *Network) Duplicate(id uint64) (uint64, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	i := n.heldIndex(id)
+	if i < 0 {
+		return 0, false
+	}
+	d := n.held[i]
+	n.nextID++
+	d.ID, d.Data = n.nextID, n.clone(d.Data)
+	n.held = slices.Insert(n.held, i+1, d)
+	n.stats.Duplicated++
+	return d.ID, true
+}
+
+func (n *Network) heldIndex(id uint64) int {
+	return slices.IndexFunc(n.held, func(d Datagram) bool { return d.ID == id })
+}
+
+// send applies the faults to one datagram; n.mu is held.
+func (n *Network) send(from, to netip.AddrPort, b []byte) {
+	n.stats.Sent++
+	dst := n.eps[to]
+	if dst == nil {
+		n.stats.Unroutable++
+		return
+	}
+	if n.cut {
+		n.stats.Partitioned++
+		return
+	}
+	for _, w := range n.f.Partitions {
+		if n.now >= w.From && n.now < w.To {
+			n.stats.Partitioned++
+			return
+		}
+	}
+	if n.f.Loss > 0 && n.rng.Float64() < n.f.Loss {
+		n.stats.Lost++
+		return
+	}
+	copies := 1
+	if n.f.Dup > 0 && n.rng.Float64() < n.f.Dup {
+		copies = 2
+		n.stats.Duplicated++
+	}
+	for range copies {
+		n.nextID++
+		d := Datagram{ID: n.nextID, From: from, To: to, Data: n.clone(b)}
+		if n.f.Corrupt > 0 && len(d.Data) > 0 && n.rng.Float64() < n.f.Corrupt {
+			d.Data[n.rng.IntN(len(d.Data))] ^= 1 << n.rng.IntN(8)
+			n.stats.Corrupted++
+		}
+		if n.f.Hold {
+			n.held = append(n.held, d)
+			continue
+		}
+		d.At = n.now + n.f.MinDelay
+		if n.f.Jitter > 0 {
+			d.At += n.rng.Int64N(n.f.Jitter + 1)
+		}
+		dst.arrive(d)
+	}
+}
+
+// clone copies b into a buffer from the free list; n.mu is held.
+func (n *Network) clone(b []byte) []byte {
+	var c []byte
+	if k := len(n.free); k > 0 {
+		c, n.free = n.free[k-1], n.free[:k-1]
+	}
+	return append(c[:0], b...)
+}
+
+// Endpoint is one address on a Network, used like a non-blocking UDP
+// socket: batches of datagrams out, batches of arrived datagrams in.
+type Endpoint struct {
+	n    *Network
+	addr netip.AddrPort
+	q    []Datagram // arriving: a min-heap on (At, ID)
+}
+
+// Addr returns the endpoint's address.
+func (e *Endpoint) Addr() netip.AddrPort { return e.addr }
+
+// Send sends each of pkts to the endpoint at to, as one datagram each, at
+// the network's current time. It copies the bytes and never blocks; what
+// the network loses is lost silently, as with UDP.
+func (e *Endpoint) Send(to netip.AddrPort, pkts [][]byte) {
+	e.n.mu.Lock()
+	defer e.n.mu.Unlock()
+	for _, b := range pkts {
+		e.n.send(e.addr, to, b)
+	}
+}
+
+// Recv receives the datagrams that have arrived by the network's current
+// time, oldest first, at most len(bufs): datagram i is copied into bufs[i]
+// (truncated if it does not fit), its length stored in sizes[i] and its
+// sender in from[i] (from may be nil). It returns how many it received, 0
+// if none has arrived; it never blocks.
+func (e *Endpoint) Recv(bufs [][]byte, sizes []int, from []netip.AddrPort) int {
+	e.n.mu.Lock()
+	defer e.n.mu.Unlock()
+	k := 0
+	for ; k < len(bufs) && len(e.q) > 0 && e.q[0].At <= e.n.now; k++ {
+		d := e.pop()
+		sizes[k] = copy(bufs[k], d.Data)
+		if from != nil {
+			from[k] = d.From
+		}
+		e.n.free = append(e.n.free, d.Data)
+	}
+	e.n.stats.Received += uint64(k)
+	return k
+}
+
+// Next returns when the endpoint's oldest datagram in flight can be
+// received, or 0 if none is in flight to it.
+func (e *Endpoint) Next() int64 {
+	e.n.mu.Lock()
+	defer e.n.mu.Unlock()
+	if len(e.q) == 0 {
+		return 0
+	}
+	return e.q[0].At
+}
+
+// arrive queues d; e.n.mu is held.
+func (e *Endpoint) arrive(d Datagram) {
+	e.q = append(e.q, d)
+	for i := len(e.q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !e.q[i].before(&e.q[p]) {
+			break
+		}
+		e.q[i], e.q[p] = e.q[p], e.q[i]
+		i = p
+	}
+}
+
+// pop removes the earliest datagram; e.n.mu is held.
+func (e *Endpoint) pop() Datagram {
+	d := e.q[0]
+	last := len(e.q) - 1
+	e.q[0] = e.q[last]
+	e.q[last] = Datagram{}
+	e.q = e.q[:last]
+	for i := 0; ; {
+		m, l, r := i, 2*i+1, 2*i+2
+		if l < last && e.q[l].before(&e.q[m]) {
+			m = l
+		}
+		if r < last && e.q[r].before(&e.q[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		e.q[i], e.q[m] = e.q[m], e.q[i]
+		i = m
+	}
+	return d
+}
+
+func (d *Datagram) before(o *Datagram) bool { return d.At < o.At || (d.At == o.At && d.ID < o.ID) }
