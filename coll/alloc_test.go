@@ -73,12 +73,12 @@ func TestStaging(t *testing.T) {
 				return err
 			}
 		}
-		limit := 2*c.opt.Credits*c.opt.Chunk + 2*c.llArea + 4096 // and headers, credit words
+		limit := 2*c.opt.Credits*c.opt.Chunk + 2*c.ll.area + 4096 // and headers, credit words
 		for _, l := range c.links {
 			if l == nil {
 				continue
 			}
-			got := l.land.Len() + l.llStage.Len()
+			got := l.land.Len() + l.stage.mr.Len()
 			if got > limit {
 				return fmt.Errorf("link to rank %d: %d bytes of landing and staging, want at most %d", l.peer, got, limit)
 			}

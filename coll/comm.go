@@ -18,17 +18,20 @@ import (
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
-// Options configure a communicator. The zero value picks transports by
+// Options configure a communicator. The zero value picks devices by
 // host: shm0 between ranks of one host (machine and network namespace),
 // udp0 between hosts.
 type Options struct {
 	// Transport forces one device for every peer ("shm0", "udp0",
-	// "loop0"); IBEX_TRANSPORT overrides the default too.
+	// "loop0", or one added with udp.AddDevice); IBEX_TRANSPORT
+	// overrides the default too. The paths a call may take follow from
+	// the device's capabilities (verbs.DeviceCap), not its name.
 	Transport string
 	// Landing is the bytes of the normal path's landing buffer per peer:
 	// Credits slots of Landing/Credits bytes each. Default: on a
-	// communicator whose links all take the flagged path (shm0 and udp0 on
-	// amd64), Credits × Chunk, as that path carries every call but a few
+	// communicator whose links all take the flagged path (every link's
+	// device with CapOrderedPlacement, on amd64: shm0 and udp devices),
+	// Credits × Chunk, as that path carries every call but a few
 	// programs with two transfers on one link in a step (rd all-gather and
 	// tree broadcast/reduce on some rank counts); elsewhere 8 credits of 1
 	// MiB (measured best for 2 ranks on loop0-era shm0 among 256 KiB to 2
@@ -92,47 +95,23 @@ func (o Options) withDefaults(size int, fast bool) (Options, error) {
 
 // link is the connection to one peer: an RC QP on the device chosen for
 // that peer, the landing buffer the peer writes into, and the peer's
-// landing buffer we write into.
+// landing buffer we write into. What each protocol keeps per peer is in
+// its own state (normalProto, llProto, flProto).
 type link struct {
-	peer   int
-	dev    *device
-	qp     *verbs.QP
-	land   *verbs.MR // ours: the peer writes here
-	rAddr  uint64    // the peer's landing buffer
-	rKey   uint32
-	credit int // slots of the peer's landing buffer we may still fill
-
-	// Since the connection (both ends count the same way, so landing
-	// slot = count mod credits on both sides).
-	sent, recvd int
-	recvsPost   int // receives posted and not consumed
-	owed        int // landing slots freed, not yet returned to the peer
-
-	// The LL path (ll.go): staging for our pieces, and counts of LL
-	// pieces sent to and received from the peer.
-	llStage         *verbs.MR
-	llSent, llRecvd uint32
-	llReported      uint32 // llRecvd as last written into the peer's credit word
-	llUnsig         int    // LL writes since the last signaled one
-	llSGE           [1]verbs.SGE
-	llWR            [1]verbs.SendWR
-	arrived         fifo[arrival] // pieces in landing slots the program has not asked for yet
-
-	// The flagged path (fl.go): counts of pieces sent and received, as
-	// for LL; this step's data writes completed; a header that did not
-	// fit the send queue; the call buffer's key and address.
-	flSent, flRecvd, flReported uint32
-	flDone                      int
-	flHdrPending                bool
-	flSGE                       [2]verbs.SGE
-	flWR                        [2]verbs.SendWR
-	flKey, flSrcKey             uint32
-	flAddr, flSrcAddr           uint64
+	peer  int
+	dev   *device
+	caps  verbs.DeviceCap // what both ends' devices guarantee (linkCaps)
+	qp    *verbs.QP
+	land  *verbs.MR // ours: the peer writes here
+	rAddr uint64    // the peer's landing buffer
+	rKey  uint32
+	stage staging // the LL and flagged paths' staging (fast.go)
 }
 
 // device is one opened verbs device with its PD and CQ.
 type device struct {
 	name string
+	caps verbs.DeviceCap
 	ctx  *verbs.Context
 	pd   *verbs.PD
 	cq   *verbs.CQ
@@ -144,6 +123,7 @@ type Comm struct {
 	rank, size  int
 	opt         Options
 	peers       []Peer
+	rankCaps    []map[string]verbs.DeviceCap // per rank, its devices' capabilities (published at NewComm)
 	devs        map[string]*device
 	devList     []*device              // devs, for the executor's polling loop
 	links       []*link                // by rank; nil for ourselves
@@ -151,40 +131,35 @@ type Comm struct {
 	boot        *Boot                  // the bootstrap network, kept for barriers
 	work        *workBuf               // the registered working buffer
 	userMRs     map[userKey]*workBuf   // callers' buffers registered for large calls
-	runs        []*linkRun             // the executor's per-link state, reused by every call
-	wc          []verbs.WC             // its completion buffer
-	gateBuf     []gate                 // the normal executor's gate lists for a step
 	programs    map[progKey][]execStep // compiled programs by call shape
+	programMode map[progKey]int        // the path each compiled program takes (modeNormal, modeLL, modeFL)
 	wide        []byte                 // float32 copies of float16 input and output
 	calls       uint32                 // collective calls so far (their number goes in the immediates)
 	idleSince   time.Time
 	model       Model
 	choices     map[choiceKey]algo.Algorithm
-	envAlgo     algo.Algorithm  // IBEX_ALGO, read at NewComm (0: none)
-	broken      error           // set when a call failed: every later call fails with it
-	abortReq    atomic.Bool     // Abort was called
-	mismatched  bool            // Close found data no call received
-	notices     int             // abort notices posted, not completed
-	peerAborted int             // Close found an abort notice from this rank (-1: none)
-	programMode map[progKey]int // the path each compiled program takes (modeNormal, modeLL, modeFL)
-	llOut       int             // LL writes, flagged headers and credit writes posted with a completion, not completed
-	noLL        bool            // some link cannot take the LL path
-	noFL        bool            // some link cannot take the flagged path
-	llMax       int             // the largest transfer the LL path takes (llMaxShm, or llMaxUDP if a link is udp0)
-	llSlot      int             // an LL slot's bytes, header and encoded data (16 + 2*llMax)
-	llArea      int             // the LL slots and the credit word in a landing buffer
-	llStageN    int             // the LL staging: slots and the credit source
-	llScratch   [llPayload + 4]byte
-	sDone       []int // execFast: pieces of each send and receive of the step done
-	rDone       []int
-	cur         call // the call being run (reused: calls allocate nothing)
+	envAlgo     algo.Algorithm // IBEX_ALGO, read at NewComm (0: none)
+	broken      error          // set when a call failed: every later call fails with it
+	abortReq    atomic.Bool    // Abort was called
+	mismatched  bool           // Close found data no call received
+	notices     int            // abort notices posted, not completed
+	peerAborted int            // Close found an abort notice from this rank (-1: none)
+	yieldThread bool           // a waiting rank yields its thread too (a device of ours with CapProgressThread, or more local ranks than cores)
 
-	// The flagged path's geometry (flLayout) and its data writes posted,
-	// not completed.
-	flSlots, flChunk      int
-	flBase, flHdr, flCred int
-	flOut                 int
-	yieldThread           bool // a waiting rank yields its thread too (udp0 in use, or more local ranks than cores)
+	// The protocols, each with its own state (normal.go, ll.go, fl.go),
+	// and what the LL and flagged paths share: their staging writes
+	// posted with a completion, not completed (fast.go).
+	normal    normalProto
+	ll        llProto
+	fl        flProto
+	stagedOut int
+
+	// The executor's state, reused by every call (exec.go).
+	cur            call // the call being run (reused: calls allocate nothing)
+	wc             []verbs.WC
+	sDone, rDone   []int    // pieces of each send and receive of the step done
+	blockS, blockR []uint32 // per peer: the round its sends (receives) were refused; a link's pieces go in order
+	rounds         uint32
 }
 
 // Abort makes the call in progress on this communicator, and every later
@@ -288,7 +263,7 @@ func (c *Comm) device(name string) (*device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coll: rank %d: open %s: %w", c.rank, name, err)
 	}
-	d := &device{name: name, ctx: vc}
+	d := &device{name: name, caps: vc.QueryDevice().Caps, ctx: vc}
 	c.devs[name] = d
 	c.devList = append(c.devList, d)
 	if d.pd, err = vc.AllocPD(); err != nil {
@@ -337,84 +312,75 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 	}
 	c.boot = boot
 	c.peers = boot.Peers()
-	// Rank 0's cost model for everyone.
-	var mine []byte
-	if rank == 0 {
-		m := DefaultModel()
-		switch {
-		case opt.Model != nil:
-			m = *opt.Model
-		case os.Getenv(ModelEnv) != "":
-			if m, err = LoadModel(os.Getenv(ModelEnv)); err != nil {
-				return nil, err
-			}
-		}
-		if mine, err = json.Marshal(m); err != nil {
-			return nil, err
-		}
-	}
-	models, err := boot.AllGather(ctx, mine)
-	if err != nil {
-		return nil, err
-	}
-	m, err := parseModel(models[0], "from rank 0")
-	if err != nil {
-		return nil, err
-	}
-	c.setModel(m)
-	c.yieldThread = len(LocalRanks(c.peers, rank)) > runtime.NumCPU()
-	// The LL path needs every link of every rank on an LL transport, so
-	// that all ranks decide alike.
-	c.llMax = llMaxShm
-	for a := range size {
-		for b := range size {
-			if a != b && !llCapable(c.transportBetween(a, b)) {
-				c.noLL = true
-			}
-			if a != b && !flCapable(c.transportBetween(a, b)) {
-				c.noFL = true
-			}
-			if a != b && c.transportBetween(a, b) == "udp0" {
-				c.llMax = llMaxUDP
-			}
-		}
-	}
-	c.llSlot = 16 + 2*c.llMax
-	c.llArea, c.llStageN = llSlots*c.llSlot+64, llSlots*c.llSlot+8
-	if c.opt, err = opt.withDefaults(size, !c.noFL); err != nil {
-		return nil, err
-	}
-	opt = c.opt
-	c.flLayout()
-	// The primary device holds the working buffers: the forced transport,
-	// else shared memory.
+	// Open the devices: the primary, which holds the working buffers (the
+	// forced transport, else the same-host device), then each peer's.
 	c.primary = opt.Transport
 	if c.primary == "" {
-		c.primary = "shm0"
+		c.primary = sameHostDevice
 	}
 	if _, err := c.device(c.primary); err != nil {
 		return nil, err
 	}
+	for q := range size {
+		if q != rank {
+			if _, err := c.device(c.deviceFor(q)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Every rank publishes its devices' capabilities, and rank 0 its cost
+	// model for everyone: the paths and the algorithms are decided from
+	// what all ranks know alike.
+	if err := c.exchangeSetup(ctx); err != nil {
+		return nil, err
+	}
+	c.yieldThread = len(LocalRanks(c.peers, rank)) > runtime.NumCPU()
+	// The LL path needs every link of every rank to place writes in
+	// order, so that all ranks decide alike; the flagged path needs that
+	// and amd64 (fl.go). The LL limit is the larger one unless every link
+	// completes a write at post.
+	llOn, atPost := true, true
+	for a := range size {
+		for b := range size {
+			if a == b {
+				continue
+			}
+			caps := c.linkCaps(a, b)
+			llOn = llOn && caps.Has(verbs.CapOrderedPlacement)
+			atPost = atPost && caps.Has(verbs.CapCompleteAtPost)
+		}
+	}
+	flOn := llOn && runtime.GOARCH == "amd64"
+	llMax := llMaxAtPost
+	if !atPost {
+		llMax = llMaxAcked
+	}
+	if c.opt, err = opt.withDefaults(size, flOn); err != nil {
+		return nil, err
+	}
+	opt = c.opt
+	// The landing buffer: [normal slots][LL area][flagged area]; the
+	// staging: [LL staging][flagged headers and credit source].
+	c.normal.init(c)
+	c.ll.init(c, llOn, llMax, opt.Landing)
+	c.fl.init(c, flOn, opt.Landing+c.ll.area, c.ll.stageN)
 	// Create a QP and landing buffer per peer, on its device.
 	var eps []endpoint
 	for q := range size {
 		if q == rank {
 			continue
 		}
-		d, err := c.device(c.deviceFor(q))
-		if err != nil {
-			return nil, err
-		}
-		l := &link{peer: q, dev: d, credit: opt.Credits}
-		land, stage := opt.Landing+c.llArea, c.llStageN
-		if !c.noFL {
-			land, stage = land+c.flArea(), stage+c.flStage()
+		d := c.devs[c.deviceFor(q)]
+		l := &link{peer: q, dev: d, caps: c.linkCaps(rank, q)}
+		land, stage := opt.Landing+c.ll.area, c.ll.stageN
+		if c.fl.on {
+			land, stage = land+c.fl.area(), stage+c.fl.stageN()
 		}
 		if l.land, err = d.pd.AllocMR(land, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 			return nil, fmt.Errorf("coll: rank %d: landing buffer for rank %d: %w", rank, q, err)
 		}
-		if llCapable(d.name) {
-			if l.llStage, err = d.pd.AllocMR(stage, verbs.AccessLocalWrite); err != nil {
+		if l.caps.Has(verbs.CapOrderedPlacement) {
+			if l.stage.mr, err = d.pd.AllocMR(stage, verbs.AccessLocalWrite); err != nil {
 				return nil, fmt.Errorf("coll: rank %d: LL staging for rank %d: %w", rank, q, err)
 			}
 		}
@@ -464,20 +430,83 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 		if err := l.qp.Connect(mine.info, rnr); err != nil {
 			return nil, fmt.Errorf("coll: rank %d: connect to rank %d: %w", rank, q, err)
 		}
-		if l.dev.name == "udp0" {
+		if l.dev.caps.Has(verbs.CapProgressThread) {
 			c.yieldThread = true
 		}
 		// Receives from the start, so an abort notice lands even before
 		// our first call.
-		rcv := verbs.RecvWR{ID: uint64(q)}
-		for range 3 * opt.Credits {
-			if err := l.qp.PostRecv([]verbs.RecvWR{rcv}); err != nil {
-				return nil, fmt.Errorf("coll: rank %d: post receives for rank %d: %w", rank, q, err)
-			}
-			l.recvsPost++
+		if err := c.normal.postRecvs(l); err != nil {
+			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// setup is what every rank publishes once the hosts are known: the
+// capabilities of the devices it opened, and (rank 0) the cost model.
+type setup struct {
+	Caps  map[string]verbs.DeviceCap `json:"caps"`
+	Model json.RawMessage            `json:"model,omitempty"`
+}
+
+// exchangeSetup publishes our devices' capabilities (and, at rank 0, the
+// cost model) and reads every rank's.
+func (c *Comm) exchangeSetup(ctx context.Context) error {
+	mine := setup{Caps: map[string]verbs.DeviceCap{}}
+	for _, d := range c.devList {
+		mine.Caps[d.name] = d.caps
+	}
+	if c.rank == 0 {
+		m := DefaultModel()
+		switch {
+		case c.opt.Model != nil:
+			m = *c.opt.Model
+		case os.Getenv(ModelEnv) != "":
+			var err error
+			if m, err = LoadModel(os.Getenv(ModelEnv)); err != nil {
+				return err
+			}
+		}
+		var err error
+		if mine.Model, err = json.Marshal(m); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(mine)
+	if err != nil {
+		return err
+	}
+	all, err := c.boot.AllGather(ctx, b)
+	if err != nil {
+		return err
+	}
+	c.rankCaps = make([]map[string]verbs.DeviceCap, c.size)
+	for q, data := range all {
+		if len(data) == 0 {
+			return fmt.Errorf("coll: rank %d: rank %d failed to set up (its own error says why)", c.rank, q)
+		}
+		var s setup
+		if err := json.Unmarshal(data, &s); err != nil {
+			return fmt.Errorf("coll: rank %d: setup of rank %d: %w", c.rank, q, err)
+		}
+		c.rankCaps[q] = s.Caps
+		if q == 0 {
+			m, err := parseModel(s.Model, "from rank 0")
+			if err != nil {
+				return err
+			}
+			c.setModel(m)
+		}
+	}
+	return nil
+}
+
+// linkCaps is what the link between ranks a and b may rely on: the
+// capabilities that both ranks published for the device that joins them.
+// Every rank computes the same for every pair.
+func (c *Comm) linkCaps(a, b int) verbs.DeviceCap {
+	d := c.transportBetween(a, b)
+	return c.rankCaps[a][d] & c.rankCaps[b][d]
 }
 
 // closeWait bounds Close's barrier: a dead rank must not keep the others.
@@ -499,7 +528,7 @@ func (c *Comm) Close() error {
 		c.boot = nil
 	}
 	if c.boot != nil {
-		c.flushLL(time.Now().Add(closeWait))
+		c.flushStaged(time.Now().Add(closeWait))
 		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 		if _, err := c.boot.AllGather(ctx, nil); err != nil {
 			errs = append(errs, "barrier: "+err.Error())
@@ -529,8 +558,8 @@ func (c *Comm) Close() error {
 		if l.land != nil {
 			keep(l.land.Dereg())
 		}
-		if l.llStage != nil {
-			keep(l.llStage.Dereg())
+		if l.stage.mr != nil {
+			keep(l.stage.mr.Dereg())
 		}
 	}
 	for _, d := range c.devs {
@@ -565,7 +594,7 @@ func (c *Comm) leftovers() error {
 	left := make([]int, c.size)
 	for _, l := range c.links {
 		if l != nil {
-			left[l.peer] += l.arrived.len()
+			left[l.peer] += c.normal.peers[l.peer].arrived.len()
 			if c.fastLanded(l) {
 				left[l.peer]++
 			}

@@ -10,9 +10,11 @@
 // and network namespace) and, per peer, an RC QP and a landing buffer.
 // Ranks of one host talk over shm0 (one-sided, shared memory), ranks of
 // different hosts over udp0 (RoCEv2); Options.Transport or IBEX_TRANSPORT
-// forces one. Split partitions a communicator by color and key; Close
-// waits for every rank (unless the communicator was aborted) and
-// releases everything.
+// forces one (any device, e.g. one added with udp.AddDevice). Split
+// partitions a communicator by color and key; Close waits for every rank
+// (unless the communicator was aborted) and releases everything. The
+// package's Example (example_test.go; go doc -http shows it) runs four
+// ranks in one process and all-reduces.
 //
 // # Calls
 //
@@ -24,19 +26,27 @@
 //
 // Each call runs a schedule from package coll/algo (ring, double binary
 // tree, recursive halving-doubling, recursive doubling, direct) on one of
-// three paths, every rank choosing alike. Between ranks on shm0 and udp0:
-// the LL path for small transfers (data and flags in 8-byte words, polled
-// by the receiver, as NCCL's LL) and the flagged path for larger ones (an
-// RDMA WRITE of each piece into the peer's landing buffer, then a flagged
-// header the receiver polls, as NCCL's Simple; Options.Chunk sizes the
-// pieces). Otherwise the normal path: RDMA WRITE_WITH_IMM of pieces into
-// the peer's landing buffer, a credit per landing slot, completion-driven.
+// three paths (protocols, as NCCL's), every rank choosing alike from the
+// capabilities every rank published for its devices (verbs.DeviceCap),
+// never from device names. When every link's device places writes in
+// order (CapOrderedPlacement: shm0, udp devices): the LL path for small
+// transfers (data and flags in 8-byte words, polled by the receiver, as
+// NCCL's LL; up to 1 KiB when every link completes writes at post,
+// CapCompleteAtPost, else 16 KiB) and, on amd64, the flagged path for
+// larger ones (an RDMA WRITE of each piece into the peer's landing
+// buffer, then a flagged header the receiver polls, as NCCL's Simple;
+// Options.Chunk sizes the pieces). Otherwise the normal path: RDMA
+// WRITE_WITH_IMM of pieces into the peer's landing buffer, a credit per
+// landing slot, completion-driven. A rank whose device moves data on its
+// own thread (CapProgressThread) yields its thread while it waits.
 // Large all-reduce, all-gather and broadcast run on the caller's buffers
 // (registered once and cached). After its first call of a shape, a call
 // allocates nothing. The algorithm is chosen
-// per call by an alpha-beta cost model of the schedules (Model; rank 0's
-// model is every rank's, so all choose alike; Calibrate measures one,
-// IBEX_COLL_MODEL loads one), unless WithAlgorithm or IBEX_ALGO names one.
+// per call by an alpha-beta cost model of the schedules (Model, by device
+// name, a device without an entry taking that of a device with the same
+// capabilities; rank 0's model is every rank's, so all choose alike;
+// Calibrate measures one, IBEX_COLL_MODEL loads one), unless
+// WithAlgorithm or IBEX_ALGO names one.
 //
 // # Numerics
 //

@@ -16,14 +16,13 @@ import (
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
-// The executor runs a rank's program over the links: each step's sends
-// become RDMA WRITE_WITH_IMM of pieces of the working buffer into the
-// peer's landing buffer, one credit (landing slot) per piece; the receiver
-// copies or reduces a piece into its working buffer and returns the credit
-// with a zero-byte WRITE_WITH_IMM. Everything is driven by completions, so
-// two ranks sending to each other in a step never wait on each other's
-// credits in a cycle. A step ends when its sends completed and its
-// receives were applied; a send in step i reads what steps < i left.
+// The executor runs a rank's program over the links, step by step, on
+// the protocol of the call's path (protocol: normal.go, ll.go, fl.go):
+// in each round it posts the sends' pieces the protocol has room for,
+// applies the receives' pieces that have landed, polls the completion
+// queues, and settles what the protocols owe the peers (credits). A step
+// ends when its sends completed and its receives were applied; a send in
+// step i reads what steps < i left.
 
 // ErrAborted is wrapped by the error of every call on a communicator that
 // was aborted: by Abort, by a peer that aborted or failed, or by an
@@ -113,6 +112,9 @@ type call struct {
 	op    reduce.Op
 	rerr  error // the first reduction error
 	mode  int   // the path: modeNormal, modeLL or modeFL
+
+	// Where the executor is: the step, and its send pieces not yet posted.
+	step, sendsLeft int
 
 	// An out-of-place all-reduce on a fast path reads the caller's input
 	// (src, registered: srcKeys, srcAddrs) for the bytes of buf no
@@ -227,13 +229,53 @@ func (cl *call) land(lo, hi int, piece []byte, reduceIt bool) {
 	}
 }
 
-// The paths a call can take: the normal one (exec), LL (ll.go), flagged
-// (fl.go).
+// The paths a call can take: the normal one (normal.go), LL (ll.go),
+// flagged (fl.go).
 const (
 	modeNormal = iota
 	modeLL
 	modeFL
 )
+
+var pathNames = [...]string{modeNormal: "normal", modeLL: "LL", modeFL: "flagged"}
+
+// protocol is how a call's pieces move over a link and how the receiver
+// learns they landed, one implementation per path, as NCCL's primitives
+// (prims_ll.h, prims_simple.h): the normal path (normalProto), LL
+// (llProto), flagged (flProto). Each keeps its own state: its geometry in
+// the landing buffers and its counts per link. The executor drives any
+// of them through a call's steps; every rank of a call uses the same one
+// (pathFor).
+type protocol interface {
+	// pieces is how many pieces transfer x takes.
+	pieces(x xfer) int
+	// start readies the links for step cl.step (at step 0, for the call).
+	start(cl *call) error
+	// send posts piece k of send x of the step; false if the link has no
+	// room for it yet (the executor retries next round, and tries no
+	// later piece to that peer in this one).
+	send(cl *call, x xfer, k int) (bool, error)
+	// recv applies piece k of receive x if it has landed and may be
+	// applied; false to retry next round (likewise in order per peer).
+	recv(cl *call, x xfer, k int) (bool, error)
+	// busy reports writes of the step in flight that it must wait for.
+	busy() bool
+	// wantCQ reports whether this round should poll the completion
+	// queues: first is the call's first round, idle the rounds since the
+	// last progress.
+	wantCQ(first bool, idle int) bool
+}
+
+// protocol returns the protocol of a path.
+func (c *Comm) protocol(mode int) protocol {
+	switch mode {
+	case modeLL:
+		return &c.ll
+	case modeFL:
+		return &c.fl
+	}
+	return &c.normal
+}
 
 // apply reduces src into dst, keeping the first error for the caller.
 func (cl *call) apply(dst, src []byte) {
@@ -246,10 +288,10 @@ func (cl *call) apply(dst, src []byte) {
 // every rank's program fits it (progs gives rank q's), else flagged if the
 // communicator's links take it, else normal.
 func (c *Comm) pathFor(progs func(q int) []execStep) int {
-	ll, fl := !c.noLL, !c.noFL
+	ll, fl := c.ll.on, c.fl.on
 	for q := 0; (ll || fl) && q < c.size; q++ {
 		p := progs(q)
-		ll = ll && llOK(p, c.llMax)
+		ll = ll && llOK(p, c.ll.max)
 		fl = fl && onePerLink(p)
 	}
 	switch {
@@ -261,28 +303,6 @@ func (c *Comm) pathFor(progs func(q int) []execStep) int {
 	return modeNormal
 }
 
-// linkRun is a link's state during one call.
-type linkRun struct {
-	l        *link
-	lkey     uint32 // the working buffer's lkey and address on the link's device
-	addr     uint64
-	sendQ    fifo[piece]
-	recvQ    fifo[piece]
-	outstand int // sends posted, not completed
-	done     int // this step's sends completed
-	sge      [1]verbs.SGE
-	wr       [1]verbs.SendWR
-}
-
-type piece struct {
-	off, n int
-	reduce bool
-	gates  []gate // overlap steps: sends that must complete before this receive applies
-}
-
-// gate: the first n send pieces of this step to rank q.
-type gate struct{ q, n int }
-
 // run executes one call. Any error leaves the links in an unknown state:
 // the communicator is then aborted (the error wraps ErrAborted as well as
 // its cause), and the peers are told.
@@ -290,11 +310,7 @@ func (c *Comm) run(ctx context.Context, cl *call) error {
 	if c.broken != nil {
 		return c.broken
 	}
-	exec := c.exec
-	if cl.mode != modeNormal {
-		exec = c.execFast
-	}
-	if err := exec(ctx, cl); err != nil {
+	if err := c.execute(ctx, cl); err != nil {
 		c.breakComm(err)
 		return c.broken
 	}
@@ -329,8 +345,9 @@ const (
 	noticeTag = 2 << 40
 )
 
-// wrTag is the tag of a send work request ID: 0 data, 1 credit return,
-// 2 abort notice, 3 LL write (or flagged header or credit), 4 flagged data.
+// wrTag is the tag of a send work request ID: 0 normal data, 1 credit
+// return, 2 abort notice, 3 staging write (LL piece, flagged header, LL
+// or flagged credit), 4 flagged data.
 func wrTag(id uint64) uint64 { return id >> 40 & 7 }
 
 // flushNotices gives the abort notices up to noticeWait to complete before
@@ -340,7 +357,7 @@ func (c *Comm) flushNotices() {
 }
 
 // drain polls the CQs until pending reports false or deadline passes,
-// counting our abort notices and LL writes as they complete and keeping
+// counting our abort notices and staging writes as they complete and keeping
 // what peers send (pieces, abort notices) for Close's report.
 func (c *Comm) drain(deadline time.Time, pending func() bool) {
 	wc := make([]verbs.WC, 32)
@@ -354,7 +371,7 @@ func (c *Comm) drain(deadline time.Time, pending func() bool) {
 					case 2:
 						c.notices--
 					case 3:
-						c.llOut--
+						c.stagedOut--
 					}
 					continue
 				}
@@ -366,7 +383,7 @@ func (c *Comm) drain(deadline time.Time, pending func() bool) {
 					case w.Imm&immAbort == immAbort:
 						c.peerAborted = l.peer
 					case w.Imm&immCredit == 0:
-						l.arrived.push(arrival{n: int(w.ByteLen)})
+						c.normal.peers[l.peer].arrived.push(arrival{n: int(w.ByteLen)})
 					}
 				}
 			}
@@ -380,198 +397,106 @@ func (c *Comm) drain(deadline time.Time, pending func() bool) {
 
 const noticeWait = time.Second
 
-func (c *Comm) exec(ctx context.Context, cl *call) error {
-	pieceMax := c.opt.Landing / c.opt.Credits
-	if c.runs == nil {
-		c.runs = make([]*linkRun, c.size)
-		for q, l := range c.links {
-			if l != nil {
-				c.runs[q] = &linkRun{l: l}
-			}
-		}
+// execute runs a call's steps on its path's protocol.
+func (c *Comm) execute(ctx context.Context, cl *call) error {
+	p := c.protocol(cl.mode)
+	if c.wc == nil {
 		c.wc = make([]verbs.WC, 64)
-	}
-	runs := c.runs
-	for _, r := range runs {
-		if r != nil {
-			r.lkey = cl.lkeys[r.l.dev.name]
-			r.addr = cl.addrs[r.l.dev.name]
-			r.sendQ.reset()
-			r.recvQ.reset()
-			r.outstand = 0
-		}
-	}
-	cut := func(x xfer, emit func(off, n int)) {
-		for off := x.off; off < x.off+x.n || (x.n == 0 && off == x.off); off += pieceMax {
-			emit(off, min(pieceMax, x.off+x.n-off))
-			if x.n == 0 {
-				break
-			}
-		}
+		c.blockS, c.blockR = make([]uint32, c.size), make([]uint32, c.size)
 	}
 	wc := c.wc
-	idle := 0
+	idle, first := 0, true
 	for si, st := range cl.steps {
-		pendingSends, pendingRecvs := 0, 0
-		c.gateBuf = c.gateBuf[:0]
-		for _, r := range runs {
-			if r != nil {
-				r.done = 0
-			}
+		cl.step = si
+		if err := p.start(cl); err != nil {
+			return err
 		}
+		sdone, rdone := c.sDone[:0], c.rDone[:0]
+		sendsLeft, recvsLeft := 0, 0
 		for _, x := range st.sends {
-			r := runs[x.peer]
-			cut(x, func(off, n int) {
-				r.sendQ.push(piece{off: off, n: n})
-				pendingSends++
-			})
+			sdone = append(sdone, 0)
+			sendsLeft += p.pieces(x)
 		}
 		for _, x := range st.recvs {
-			r := runs[x.peer]
-			cut(x, func(off, n int) {
-				p := piece{off: off, n: n, reduce: x.reduce}
-				if st.overlap {
-					p.gates = gates(runs, off, n, &c.gateBuf)
-				}
-				r.recvQ.push(p)
-				pendingRecvs++
-			})
+			rdone = append(rdone, 0)
+			recvsLeft += p.pieces(x)
 		}
-		// Receives for what will arrive: data pieces and credit returns;
-		// and pieces that arrived early (the peer was a step ahead).
-		for _, r := range runs {
-			if r == nil {
-				continue
-			}
-			if err := c.postRecvs(r); err != nil {
-				return err
-			}
-			k, err := c.match(runs, r, cl, si)
-			if err != nil {
-				return err
-			}
-			pendingRecvs -= k
-		}
-		for pendingSends > 0 || pendingRecvs > 0 {
+		c.sDone, c.rDone = sdone, rdone
+		for sendsLeft > 0 || recvsLeft > 0 || p.busy() {
 			if c.abortReq.Load() {
 				return fmt.Errorf("coll: rank %d: step %d of %d: %w by Abort", c.rank, si+1, len(cl.steps), ErrAborted)
 			}
-			for _, r := range runs {
-				if r == nil {
-					continue
-				}
-				for r.sendQ.len() > 0 && r.l.credit > 0 {
-					p := r.sendQ.front()
-					slot := r.l.sent % c.opt.Credits
-					wr := verbs.SendWR{ID: uint64(r.l.peer), Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled,
-						Imm:        cl.seq<<immSeqShift | cl.desc,
-						RemoteAddr: r.l.rAddr + uint64(slot*pieceMax), RKey: r.l.rKey}
-					if p.n > 0 {
-						r.sge[0] = verbs.SGE{Addr: r.addr + uint64(p.off), Length: uint32(p.n), LKey: r.lkey}
-						wr.SGL = r.sge[:]
+			// A peer refused in this round gets nothing more in it, so the
+			// pieces of two transfers on one link go in order.
+			c.rounds++
+			progressed := false
+			for i, x := range st.sends {
+				for sdone[i] < p.pieces(x) && c.blockS[x.peer] != c.rounds {
+					ok, err := p.send(cl, x, sdone[i])
+					if err != nil {
+						return err
 					}
-					r.wr[0] = wr
-					if err := r.l.qp.PostSend(r.wr[:]); err != nil {
-						if errors.Is(err, verbs.ErrQueueFull) {
-							break // completions not yet reaped: back-pressure, retried next round
-						}
-						return fmt.Errorf("coll: rank %d: step %d: send to rank %d: %w", c.rank, si+1, r.l.peer, err)
+					if !ok {
+						c.blockS[x.peer] = c.rounds
+						break
 					}
-					r.sendQ.pop()
-					r.l.sent++
-					r.l.credit--
-					r.outstand++
+					sdone[i], sendsLeft, progressed = sdone[i]+1, sendsLeft-1, true
 				}
 			}
-			progressed, sendDone := false, false
-			for _, d := range c.devList {
-				n, err := d.cq.Poll(wc)
-				if err != nil {
-					return fmt.Errorf("coll: rank %d: %w", c.rank, err)
-				}
-				for _, w := range wc[:n] {
-					progressed = true
-					r := c.runByQPN(runs, w.QPNum)
-					if w.Status != verbs.WCSuccess {
-						who := "?"
-						if r != nil {
-							who = fmt.Sprint(r.l.peer)
-						}
-						if wrTag(w.WRID) == 2 {
-							continue // an abort notice of ours that could not be delivered
-						}
-						return fmt.Errorf("coll: rank %d: step %d of %d: link to rank %s failed: %v", c.rank, si+1, len(cl.steps), who, w)
+			cl.sendsLeft = sendsLeft
+			for j, x := range st.recvs {
+				for rdone[j] < p.pieces(x) && c.blockR[x.peer] != c.rounds {
+					ok, err := p.recv(cl, x, rdone[j])
+					if err != nil {
+						return err
 					}
-					if r == nil {
-						continue
+					if !ok {
+						c.blockR[x.peer] = c.rounds
+						break
 					}
-					switch {
-					case w.Opcode == verbs.WCRDMAWrite:
-						if w.WRID != uint64(r.l.peer) { // a credit return, notice or LL write completing
-							if wrTag(w.WRID) == 3 {
-								c.llOut--
-							}
-							continue
-						}
-						r.outstand--
-						r.done++
-						pendingSends--
-						sendDone = true
-					default:
-						data, err := c.received(r.l, w, cl, si, len(cl.steps), false)
-						if err != nil {
-							return err
-						}
-						if !data {
-							continue
-						}
-						k, err := c.match(runs, r, cl, si)
-						if err != nil {
-							return err
-						}
-						pendingRecvs -= k
-					}
+					rdone[j], recvsLeft, progressed = rdone[j]+1, recvsLeft-1, true
 				}
 			}
-			if sendDone && st.overlap {
-				for _, r := range runs {
-					if r != nil {
-						k, err := c.match(runs, r, cl, si)
-						if err != nil {
+			// Completions: our writes finishing, and what the normal path
+			// or a failing peer sends.
+			if p.wantCQ(first, idle) {
+				for _, d := range c.devList {
+					n, err := d.cq.Poll(wc)
+					if err != nil {
+						return fmt.Errorf("coll: rank %d: %w", c.rank, err)
+					}
+					for _, w := range wc[:n] {
+						if err := c.completion(cl, w); err != nil {
 							return err
 						}
-						pendingRecvs -= k
 					}
+					progressed = progressed || n > 0
 				}
+			}
+			first = false
+			if err := c.settle(); err != nil {
+				return err
 			}
 			if !progressed {
 				if err := ctx.Err(); err != nil {
-					return c.stuck(ctx, si, len(cl.steps), runs)
+					return c.stuck(ctx, cl, p, sdone, rdone)
+				}
+				if idle%64 == 0 {
+					if err := c.stray(cl, p, rdone); err != nil {
+						return err
+					}
 				}
 				c.idle(&idle)
 			} else {
 				idle = 0
 			}
-			for _, r := range runs {
-				if r == nil {
-					continue
-				}
-				if err := c.returnCredits(r.l); err != nil {
-					return err
-				}
-				if r.l.recvsPost < 2*c.opt.Credits {
-					if err := c.postRecvs(r); err != nil {
-						return err
-					}
-				}
-			}
 		}
 	}
 	// Landing slots this call freed go back now, not at the next call: a
 	// peer may be ahead, waiting for them.
-	for _, r := range runs {
-		if r != nil {
-			if err := c.returnCredits(r.l); err != nil {
+	for _, l := range c.links {
+		if l != nil {
+			if err := c.normal.returnCredits(l); err != nil {
 				return err
 			}
 		}
@@ -579,111 +504,98 @@ func (c *Comm) exec(ctx context.Context, cl *call) error {
 	return nil
 }
 
-// gates lists, per link, how many of the step's send pieces (already cut,
-// in the links' sendQ) must complete before a receive into [off, off+n)
-// may be applied: up to the last one that reads those bytes.
-//
-// The lists are appended to buf (one array for the step, reset with it,
-// so a call allocates nothing once it grew); each is capped at its end.
-func gates(runs []*linkRun, off, n int, buf *[]gate) []gate {
-	start := len(*buf)
-	g := *buf
-	for q, r := range runs {
-		if r == nil {
+// completion handles a completion during call cl.
+func (c *Comm) completion(cl *call, w verbs.WC) error {
+	var l *link
+	for _, k := range c.links {
+		if k != nil && k.qp.Num() == w.QPNum {
+			l = k
+		}
+	}
+	if w.Status != verbs.WCSuccess {
+		if wrTag(w.WRID) == 2 {
+			return nil // an abort notice of ours that could not be delivered
+		}
+		who := "?"
+		if l != nil {
+			who = fmt.Sprint(l.peer)
+		}
+		return fmt.Errorf("coll: rank %d: step %d of %d: link to rank %s failed: %v", c.rank, cl.step+1, len(cl.steps), who, w)
+	}
+	if l == nil || w.Opcode == verbs.WCRDMAWrite {
+		switch wrTag(w.WRID) {
+		case 0:
+			if l != nil {
+				c.normal.sent(l.peer)
+			}
+		case 3:
+			c.stagedOut--
+		case 4:
+			c.fl.written(l)
+		}
+		return nil
+	}
+	return c.normal.received(cl, l, w)
+}
+
+// settle gives every link what the protocols owe its peer: LL and flagged
+// credit words for pieces consumed, the normal path's landing slots
+// freed, and receives for its messages.
+func (c *Comm) settle() error {
+	for _, l := range c.links {
+		if l == nil {
 			continue
 		}
-		last := -1
-		for i, s := range r.sendQ.items() {
-			if s.off < off+n && off < s.off+s.n {
-				last = i
-			}
+		if err := c.ll.credit(l, false); err != nil {
+			return err
 		}
-		if last >= 0 {
-			g = append(g, gate{q: q, n: last + 1})
+		if err := c.fl.credit(l); err != nil {
+			return err
+		}
+		if err := c.normal.settle(l); err != nil {
+			return err
 		}
 	}
-	*buf = g
-	return g[start:len(g):len(g)]
+	return nil
 }
 
-// arrival is a piece in a landing slot, not yet applied.
-type arrival struct {
-	slot, n   int
-	seq, desc uint32
-}
-
-// match applies arrived pieces to the receives the current step expects,
-// in order, returning the landing slots as credits. It returns how many it
-// applied.
-func (c *Comm) match(runs []*linkRun, r *linkRun, cl *call, step int) (int, error) {
-	pieceMax := c.opt.Landing / c.opt.Credits
-	k := 0
-	for r.recvQ.len() > 0 && r.l.arrived.len() > 0 {
-		a, p := r.l.arrived.front(), r.recvQ.front()
-		if a.seq != cl.seq {
-			what := fmt.Sprintf("call %d", cl.seq)
-			if cl.seq == p2pSeq {
-				what = "a send/recv"
-			}
-			theirs := fmt.Sprintf("call %d", a.seq)
-			if a.seq == p2pSeq {
-				theirs = "a send/recv"
-			}
-			return k, fmt.Errorf("coll: rank %d: %w: in %s, step %d, rank %d sent data of %s: the ranks made their calls in a different order", c.rank, ErrMismatch, what, step+1, r.l.peer, theirs)
+// stuck builds the deadline error: which ranks we still wait for, and at
+// which step.
+func (c *Comm) stuck(ctx context.Context, cl *call, p protocol, sdone, rdone []int) error {
+	st := cl.steps[cl.step]
+	from, to := map[int]int{}, map[int]int{}
+	for j, x := range st.recvs {
+		if n := p.pieces(x) - rdone[j]; n > 0 {
+			from[x.peer] += n
 		}
-		if a.desc != cl.desc {
-			return k, fmt.Errorf("coll: rank %d: %w: rank %d: %s", c.rank, ErrMismatch, r.l.peer, mismatch(cl.desc, a.desc))
-		}
-		if a.n != p.n {
-			return k, fmt.Errorf("coll: rank %d: %w: step %d: rank %d sent a piece of %d bytes, expected %d (the count differs)", c.rank, ErrMismatch, step+1, r.l.peer, a.n, p.n)
-		}
-		for _, g := range p.gates {
-			if runs[g.q].done < g.n {
-				return k, nil // our send of these bytes is still in flight
-			}
-		}
-		r.l.arrived.pop()
-		r.recvQ.pop()
-		src := r.l.land.Bytes()[a.slot*pieceMax : a.slot*pieceMax+a.n]
-		if p.reduce {
-			cl.apply(cl.buf[p.off:p.off+p.n], src)
-		} else {
-			copy(cl.buf[p.off:p.off+p.n], src)
-		}
-		r.l.owed++
-		k++
 	}
-	return k, nil
-}
-
-// received handles a receive completion on link l during call cl: an
-// abort notice fails the call; a credit return adds credits; a data piece
-// joins the link's arrivals (data reports it). A piece of this very call
-// that differs from ours is a mismatch, said at once (match would not see
-// it if no receive of this call waits on that link); on the LL path any
-// normal piece of this call is (its sender took the other path).
-// Point-to-point calls all share one number, so theirs are checked in
-// order only, by match.
-func (c *Comm) received(l *link, w verbs.WC, cl *call, step, steps int, ll bool) (data bool, err error) {
-	l.recvsPost--
-	switch {
-	case w.Imm&immAbort == immAbort:
-		return false, fmt.Errorf("coll: rank %d: step %d of %d: rank %d aborted the communicator (its own error says why): %w", c.rank, step+1, steps, l.peer, ErrAborted)
-	case w.Imm&immCredit != 0:
-		l.credit += int(w.Imm &^ immCredit)
-		return false, nil
-	}
-	a := arrival{slot: l.recvd % c.opt.Credits, n: int(w.ByteLen), seq: (w.Imm >> immSeqShift) & immSeqMask, desc: w.Imm & immDescMask}
-	if a.seq == cl.seq && cl.seq != p2pSeq && (ll || a.desc != cl.desc) {
-		why := mismatch(cl.desc, a.desc)
-		if ll {
-			why = strings.TrimPrefix(why+"; it sent this call's data on the normal path, we took the LL path", "; ")
+	for i, x := range st.sends {
+		if n := p.pieces(x) - sdone[i]; n > 0 {
+			to[x.peer] += n
 		}
-		return false, fmt.Errorf("coll: rank %d: %w: rank %d: %s", c.rank, ErrMismatch, l.peer, why)
 	}
-	l.arrived.push(a)
-	l.recvd++
-	return true, nil
+	list := func(m map[int]int) string {
+		qs := make([]int, 0, len(m))
+		for q := range m {
+			qs = append(qs, q)
+		}
+		sort.Ints(qs)
+		s := make([]string, len(qs))
+		for i, q := range qs {
+			s[i] = fmt.Sprintf("%d (%d pieces)", q, m[q])
+		}
+		return strings.Join(s, ", ")
+	}
+	msg := fmt.Sprintf("coll: rank %d: %v at step %d of %d (%s path)", c.rank, ctx.Err(), cl.step+1, len(cl.steps), pathNames[cl.mode])
+	if len(from) > 0 {
+		msg += "; not heard from rank " + list(from)
+	}
+	if len(to) > 0 {
+		msg += "; not delivered to rank " + list(to)
+	} else if p.busy() {
+		msg += "; writes not completed"
+	}
+	return fmt.Errorf("%s: %w", msg, ctx.Err())
 }
 
 // idle is called after a round that found no completion. Like NCCL, a
@@ -700,9 +612,9 @@ func (c *Comm) idle(n *int) {
 	if *n%256 != 0 || time.Since(c.idleSince) < spinFor {
 		runtime.Gosched()
 		if c.yieldThread {
-			// udp0's progress runs on its own thread, which needs a core
-			// this spinning thread may hold; and with more ranks on this
-			// host than cores, the rank that has work may need it too.
+			// A device with a progress thread (udp) needs a core this
+			// spinning thread may hold; and with more ranks on this host
+			// than cores, the rank that has work may need it too.
 			_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		}
 		return
@@ -717,75 +629,6 @@ func (c *Comm) idle(n *int) {
 // spinFor is how long a waiting rank spins before it naps.
 const spinFor = 50 * time.Millisecond
 
-func (c *Comm) runByQPN(runs []*linkRun, qpn uint32) *linkRun {
-	for _, r := range runs {
-		if r != nil && r.l.qp.Num() == qpn {
-			return r
-		}
-	}
-	return nil
-}
-
-// postRecvs keeps enough zero-length receives posted on a link for the
-// data pieces and credit returns that may arrive.
-func (c *Comm) postRecvs(r *linkRun) error {
-	want := 3 * c.opt.Credits
-	rw := []verbs.RecvWR{{ID: uint64(r.l.peer)}}
-	for r.l.recvsPost < want {
-		if err := r.l.qp.PostRecv(rw); err != nil {
-			return fmt.Errorf("coll: rank %d: post receive for rank %d: %w", c.rank, r.l.peer, err)
-		}
-		r.l.recvsPost++
-	}
-	return nil
-}
-
-// returnCredits tells the peer how many landing slots are free again, in
-// one zero-byte WRITE_WITH_IMM for all owed so far (the immediate carries
-// the count). A full send queue (completions not yet reaped) keeps them
-// owed for the next round.
-func (c *Comm) returnCredits(l *link) error {
-	if l.owed == 0 {
-		return nil
-	}
-	wr := verbs.SendWR{ID: uint64(l.peer) | creditTag, Opcode: verbs.WRRDMAWriteWithImm, Imm: immCredit | uint32(l.owed),
-		RemoteAddr: l.rAddr, RKey: l.rKey, Flags: verbs.SendSignaled}
-	if err := l.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-		if errors.Is(err, verbs.ErrQueueFull) {
-			return nil
-		}
-		return fmt.Errorf("coll: rank %d: credit to rank %d: %w", c.rank, l.peer, err)
-	}
-	l.owed = 0
-	return nil
-}
-
-// stuck builds the deadline error: which ranks we still wait for, and at
-// which step.
-func (c *Comm) stuck(ctx context.Context, step, steps int, runs []*linkRun) error {
-	var from, to []string
-	for q, r := range runs {
-		if r == nil {
-			continue
-		}
-		if r.recvQ.len() > 0 {
-			from = append(from, fmt.Sprintf("%d (%d pieces)", q, r.recvQ.len()))
-		}
-		if r.sendQ.len() > 0 || r.outstand > 0 {
-			to = append(to, fmt.Sprintf("%d (%d pieces)", q, r.sendQ.len()+r.outstand))
-		}
-	}
-	sort.Strings(from)
-	msg := fmt.Sprintf("coll: rank %d: %v at step %d of %d", c.rank, ctx.Err(), step+1, steps)
-	if len(from) > 0 {
-		msg += "; not heard from rank " + strings.Join(from, ", ")
-	}
-	if len(to) > 0 {
-		msg += "; not delivered to rank " + strings.Join(to, ", ")
-	}
-	return fmt.Errorf("%s: %w", msg, ctx.Err())
-}
-
 // fifo is a queue that reuses its array: it rewinds when emptied, so a
 // queue that is drained every step never grows its array again.
 type fifo[T any] struct {
@@ -793,11 +636,10 @@ type fifo[T any] struct {
 	head int
 }
 
-func (q *fifo[T]) push(v T)   { q.s = append(q.s, v) }
-func (q *fifo[T]) len() int   { return len(q.s) - q.head }
-func (q *fifo[T]) front() T   { return q.s[q.head] }
-func (q *fifo[T]) items() []T { return q.s[q.head:] }
-func (q *fifo[T]) reset()     { q.s, q.head = q.s[:0], 0 }
+func (q *fifo[T]) push(v T) { q.s = append(q.s, v) }
+func (q *fifo[T]) len() int { return len(q.s) - q.head }
+func (q *fifo[T]) front() T { return q.s[q.head] }
+func (q *fifo[T]) reset()   { q.s, q.head = q.s[:0], 0 }
 
 func (q *fifo[T]) pop() {
 	q.head++

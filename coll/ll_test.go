@@ -27,7 +27,7 @@ func TestLLMixed(t *testing.T) {
 	t.Logf("seed %d (replay with -coll.seed=%d)", seed, seed)
 	dt := reduce.Int32
 	runRanks(t, 3, Options{Transport: "shm0", Chunk: 4096}, func(c *Comm) error {
-		if c.noLL || c.noFL && runtime.GOARCH == "amd64" {
+		if !c.ll.on || !c.fl.on && runtime.GOARCH == "amd64" {
 			return fmt.Errorf("shm0 communicator does not take the LL and flagged paths")
 		}
 		rng := rand.New(rand.NewPCG(seed, 7)) // the same calls on every rank
@@ -35,9 +35,9 @@ func TestLLMixed(t *testing.T) {
 		val := func(q, i, k int) float64 { return float64((q*31+i*7+k)%97 - 48) }
 		for k := range 300 {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			count := rng.IntN(3*c.llMax/4 + 2)
+			count := rng.IntN(3*c.ll.max/4 + 2)
 			if rng.IntN(4) == 0 {
-				count = c.llMax/4 + rng.IntN(8192)
+				count = c.ll.max/4 + rng.IntN(8192)
 			}
 			what := rng.IntN(5)
 			root := rng.IntN(N)

@@ -12,12 +12,21 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/coll/reduce"
+	"github.com/ibex-rdma/ibex/verbs"
 )
 
 // Model is the alpha-beta cost model a communicator picks algorithms by:
 // per transport, the time of a message of n bytes between two ranks
 // through the executor (α + n·β), and the time to reduce a byte (γ).
 // Calibrate measures one; DefaultModel was measured on a 2-core VM.
+//
+// Entries are keyed by device name. A link costs what its device's entry
+// says; a device with no entry of its own takes the entry of a device
+// with the same capabilities (LinkModel.Caps; the first such entry by
+// name), so a second udp device costs what udp0 does; any other device
+// costs like the slowest entry. An entry saved without capabilities
+// (files from before they were recorded) has those of DefaultModel's
+// entry of the same name, or none.
 type Model struct {
 	Transports map[string]LinkModel `json:"transports"`
 	// GammaNs is nanoseconds per byte reduced (float32 sum).
@@ -26,23 +35,80 @@ type Model struct {
 	Source string `json:"source"`
 }
 
-// LinkModel is one transport's α and β.
+// LinkModel is one transport's α and β, and the capabilities of the
+// device they were measured on.
 type LinkModel struct {
 	AlphaUs float64 `json:"alpha_us"`         // one-way time of an empty message, µs
 	BetaNs  float64 `json:"beta_ns_per_byte"` // ns per byte (1/bandwidth)
+	// Caps is the device's verbs.DeviceCap, in JSON as its String
+	// ("SAME_HOST|ONE_SIDED|..."), omitted when unknown (0).
+	Caps verbs.DeviceCap `json:"-"`
+}
+
+// linkModelJSON is LinkModel's JSON form: its fields, and caps by name.
+type linkModelJSON struct {
+	AlphaUs float64 `json:"alpha_us"`
+	BetaNs  float64 `json:"beta_ns_per_byte"`
+	Caps    string  `json:"caps,omitempty"`
+}
+
+// MarshalJSON writes the capabilities by name.
+func (l LinkModel) MarshalJSON() ([]byte, error) {
+	j := linkModelJSON{AlphaUs: l.AlphaUs, BetaNs: l.BetaNs}
+	if l.Caps != 0 {
+		j.Caps = l.Caps.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads MarshalJSON's form; caps may be absent.
+func (l *LinkModel) UnmarshalJSON(b []byte) error {
+	var j linkModelJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	caps, err := parseCaps(j.Caps)
+	if err != nil {
+		return err
+	}
+	*l = LinkModel{AlphaUs: j.AlphaUs, BetaNs: j.BetaNs, Caps: caps}
+	return nil
+}
+
+// parseCaps reads verbs.DeviceCap's String form ("" and "none": 0).
+func parseCaps(s string) (verbs.DeviceCap, error) {
+	if s == "" || s == "none" {
+		return 0, nil
+	}
+	var caps verbs.DeviceCap
+	for _, name := range strings.Split(s, "|") {
+		found := false
+		for i := range 32 {
+			if c := verbs.DeviceCap(1) << i; c.String() == name {
+				caps, found = caps|c, true
+				break
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("caps %q: unknown capability %q", s, name)
+		}
+	}
+	return caps, nil
 }
 
 // DefaultModel is the model a communicator uses when none is given:
 // medians of three runs of `ibex coll calibrate --np 2` (shm0; α is the
 // LL path's) and `ibex coll calibrate --np 2 --transport udp0` (udp0 over
 // loopback) on a 2-core VM with the AVX2 kernels (γ), and TestCalibrate's
-// log for loop0 (the in-process provider).
+// log for loop0 (the in-process provider). Each entry records the
+// capabilities its device advertised, so a device with the same ones
+// (udp1 added with udp.AddDevice) takes its figures.
 func DefaultModel() Model {
 	return Model{
 		Transports: map[string]LinkModel{
-			"shm0":  {AlphaUs: 2.55, BetaNs: 0.217},
-			"udp0":  {AlphaUs: 268, BetaNs: 1.05},
-			"loop0": {AlphaUs: 10, BetaNs: 0.24},
+			"shm0":  {AlphaUs: 2.55, BetaNs: 0.217, Caps: verbs.CapSameHost | verbs.CapOneSided | verbs.CapOrderedPlacement | verbs.CapCompleteAtPost},
+			"udp0":  {AlphaUs: 268, BetaNs: 1.05, Caps: verbs.CapSameHost | verbs.CapOtherHosts | verbs.CapOrderedPlacement | verbs.CapProgressThread},
+			"loop0": {AlphaUs: 10, BetaNs: 0.24, Caps: verbs.CapOneSided | verbs.CapCompleteAtPost},
 		},
 		GammaNs: 0.0335,
 		Source:  "default: ibex coll calibrate --np 2 on a 2-core VM (shm0: median of 3; udp0: 2 network namespaces), 2026-11-30, LL and flagged paths",
@@ -117,19 +183,47 @@ func (m Model) String() string {
 	return b.String()
 }
 
-// link is the model's cost between ranks a and b of c (by the transport
-// that joins them; an unknown transport costs like the slowest known).
+// link is the model's cost between ranks a and b of c: the entry for
+// the device that joins them (entry).
 func (m Model) link(c *Comm) func(a, b int) algo.LinkCost {
-	var worst LinkModel
-	for _, l := range m.Transports {
-		worst.AlphaUs, worst.BetaNs = max(worst.AlphaUs, l.AlphaUs), max(worst.BetaNs, l.BetaNs)
-	}
+	entry := m.entries()
 	return func(a, b int) algo.LinkCost {
-		l, ok := m.Transports[c.transportBetween(a, b)]
-		if !ok {
-			l = worst
-		}
+		l := entry(c.transportBetween(a, b), c.linkCaps(a, b))
 		return algo.LinkCost{Alpha: l.AlphaUs * 1e-6, Beta: l.BetaNs * 1e-9}
+	}
+}
+
+// entries returns the lookup of Model's rule: a device's own entry, else
+// the first entry by name whose capabilities equal the device's, else the
+// slowest α and β of all.
+func (m Model) entries() func(dev string, caps verbs.DeviceCap) LinkModel {
+	var worst LinkModel
+	names := make([]string, 0, len(m.Transports))
+	for n, l := range m.Transports {
+		worst.AlphaUs, worst.BetaNs = max(worst.AlphaUs, l.AlphaUs), max(worst.BetaNs, l.BetaNs)
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	defaults := DefaultModel().Transports
+	byCaps := map[verbs.DeviceCap]LinkModel{}
+	for _, n := range names {
+		l := m.Transports[n]
+		caps := l.Caps
+		if caps == 0 {
+			caps = defaults[n].Caps
+		}
+		if _, dup := byCaps[caps]; caps != 0 && !dup {
+			byCaps[caps] = l
+		}
+	}
+	return func(dev string, caps verbs.DeviceCap) LinkModel {
+		if l, ok := m.Transports[dev]; ok {
+			return l
+		}
+		if l, ok := byCaps[caps]; ok && caps != 0 {
+			return l
+		}
+		return worst
 	}
 }
 
@@ -169,6 +263,15 @@ func (c *Comm) choose(kind algo.Collective, count, esize int) algo.Algorithm {
 	return best
 }
 
+// The devices a communicator opens when Options.Transport names none:
+// one that reaches the ranks of this host, one that reaches other hosts.
+// Which paths and costs a link gets follows from the device's
+// capabilities, never from these names.
+const (
+	sameHostDevice  = "shm0"
+	otherHostDevice = "udp0"
+)
+
 // transportBetween is the device ranks a and b use between them: the
 // same rule as deviceFor, for any pair.
 func (c *Comm) transportBetween(a, b int) string {
@@ -176,9 +279,9 @@ func (c *Comm) transportBetween(a, b int) string {
 		return c.opt.Transport
 	}
 	if c.peers[a].Host == c.peers[b].Host {
-		return "shm0"
+		return sameHostDevice
 	}
-	return "udp0"
+	return otherHostDevice
 }
 
 // Model is the cost model the communicator picks algorithms by.
@@ -195,7 +298,8 @@ func (c *Comm) setModel(m Model) {
 // and the lowest rank it reaches over that transport time ping-pongs of
 // send/recv through the executor: α is half the round trip of 8 bytes, β
 // the extra half round trip per byte of 1 MiB. γ is rank 0's float32 sum
-// of 1 MiB. The other ranks wait in a barrier.
+// of 1 MiB. Each entry records its device's capabilities (LinkModel.Caps).
+// The other ranks wait in a barrier.
 func (c *Comm) Calibrate(ctx context.Context) (Model, error) {
 	m := Model{Transports: map[string]LinkModel{}}
 	partners := map[string]int{}
@@ -247,7 +351,7 @@ func (c *Comm) Calibrate(ctx context.Context) (Model, error) {
 			return m, fmt.Errorf("coll: calibrate %s: %w", t, err)
 		}
 		beta := float64(tl-ts) / float64(large-small)
-		m.Transports[t] = LinkModel{AlphaUs: float64(ts) / 1e3, BetaNs: max(beta, 0)}
+		m.Transports[t] = LinkModel{AlphaUs: float64(ts) / 1e3, BetaNs: max(beta, 0), Caps: c.linkCaps(0, p)}
 	}
 	if c.rank == 0 {
 		a, b := make([]byte, large), make([]byte, large)

@@ -476,9 +476,9 @@ func (c *Comm) SendRecv(ctx context.Context, sendbuf []byte, to int, recvbuf []b
 // communicator takes it.
 func (c *Comm) p2pPath(prog []execStep) int {
 	switch {
-	case !c.noLL && llOK(prog, c.llMax):
+	case c.ll.on && llOK(prog, c.ll.max):
 		return modeLL
-	case !c.noFL:
+	case c.fl.on:
 		return modeFL
 	}
 	return modeNormal
