@@ -49,18 +49,6 @@ type BenchRow struct {
 	IPWrong  int64   `json:"wrong_in_place"`
 }
 
-// busFactor is nccl-tests' busbw factor for a collective on n ranks.
-func busFactor(c algo.Collective, n int) float64 {
-	fn := float64(n)
-	switch c {
-	case algo.AllReduce:
-		return 2 * (fn - 1) / fn
-	case algo.ReduceScatter, algo.AllGather, algo.AllToAll:
-		return (fn - 1) / fn
-	}
-	return 1
-}
-
 // perRank is the elements per rank of a size-byte test (nccl-tests: size
 // is the whole buffer for all_gather, reduce_scatter and alltoall).
 func perRank(c algo.Collective, size int64, esize, n int) int64 {
@@ -96,9 +84,9 @@ func (c *Comm) Bench(ctx context.Context, cfg BenchConfig, row func(BenchRow)) e
 				algbw = float64(size) / t / 1e3 // bytes per µs → GB/s
 			}
 			if inPlace {
-				r.IPTime, r.IPAlgBW, r.IPBusBW, r.IPWrong = t, algbw, algbw*busFactor(cfg.Collective, c.size), wrong
+				r.IPTime, r.IPAlgBW, r.IPBusBW, r.IPWrong = t, algbw, algbw*algo.BusFactor(cfg.Collective, c.size), wrong
 			} else {
-				r.OOPTime, r.OOPAlgBW, r.OOPBusBW, r.OOPWrong = t, algbw, algbw*busFactor(cfg.Collective, c.size), wrong
+				r.OOPTime, r.OOPAlgBW, r.OOPBusBW, r.OOPWrong = t, algbw, algbw*algo.BusFactor(cfg.Collective, c.size), wrong
 			}
 		}
 		row(r)

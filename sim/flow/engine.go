@@ -674,7 +674,7 @@ func (e *engine) finish(wall time.Duration) {
 	}
 	if e.now > 0 {
 		res.AlgBW = float64(res.Bytes) * float64(len(res.Iters)) / e.now.Seconds()
-		res.BusBW = res.AlgBW * packet.BusFactor(coll, res.Ranks)
+		res.BusBW = res.AlgBW * algo.BusFactor(coll, res.Ranks)
 	}
 	for _, m := range e.memo {
 		for _, rb := range m.bytes {

@@ -119,7 +119,7 @@ type Result struct {
 	Iters   []des.Time // when each iteration's last rank finished it
 	AlgBW   float64    // bytes/s: Bytes / Time
 	BusBW   float64    // bytes/s: AlgBW × nccl-tests' factor
-	Factor  float64
+	Factor  float64    // algo.BusFactor(Schedule.Collective, Ranks)
 	Events  uint64
 	Wall    time.Duration
 	Packets int64 // injected
@@ -150,20 +150,6 @@ type Result struct {
 
 // EventsPerSec is the simulator's speed on this run.
 func (r *Result) EventsPerSec() float64 { return float64(r.Events) / r.Wall.Seconds() }
-
-// BusFactor is nccl-tests' busbw/algbw factor for collective c over n ranks.
-func BusFactor(c algo.Collective, n int) float64 {
-	if n <= 1 {
-		return 1
-	}
-	switch c {
-	case algo.AllReduce:
-		return 2 * float64(n-1) / float64(n)
-	case algo.ReduceScatter, algo.AllGather, algo.AllToAll:
-		return float64(n-1) / float64(n)
-	}
-	return 1
-}
 
 // ErrConfig is wrapped by errors about a Config.
 var ErrConfig = errors.New("bad simulation config")
@@ -328,7 +314,7 @@ func (m *model) result(cfg Config, wall time.Duration) *Result {
 		Name: cfg.Name, Ranks: s.Ranks, Bytes: cfg.Bytes, Time: m.w.end,
 		Events: m.sim.Events(), Wall: wall, Packets: m.n.injectedPkts, Payload: m.n.injected,
 		NVLink: m.w.nvChunks, Lost: m.n.lost, LostPkts: m.n.lostPkts, LostWire: m.n.lostWire, MaxBuffer: int64(m.n.maxOcc) * int64(m.n.p.CreditUnit),
-		Factor: BusFactor(s.Collective, s.Ranks), Discards: m.n.discards,
+		Factor: algo.BusFactor(s.Collective, s.Ranks), Discards: m.n.discards,
 	}
 	if m.n.roce {
 		res.MaxBuffer = int64(m.n.maxOcc) // bytes
