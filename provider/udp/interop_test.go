@@ -367,7 +367,7 @@ func rxeQP(t *testing.T, local, peer netip.AddrPort, qpn, peerQPN, rqPSN uint32,
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.conn = conn
+	d.conn = testSockIO(t, conn, &d.ctrs)
 	close(d.done)
 	name := fmt.Sprintf("rxeinterop%d", rxeSeq.Add(1))
 	prov.mu.Lock()

@@ -2,29 +2,27 @@ package udp
 
 import (
 	"encoding/binary"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// A device's socket I/O: sendmmsg and recvmmsg called directly on the
-// socket, with UDP segmentation offload both ways, into and out of buffers
-// allocated once, so that the data path allocates nothing.
+// The real batchConn: a UDP socket, with sendmmsg and recvmmsg called
+// directly on it and UDP segmentation offload both ways, in and out of the
+// caller's buffers through headers allocated once, so that the data path
+// allocates nothing.
 //
-// Send (GSO, Linux ≥ 4.18): consecutive datagrams of one size to one peer
-// go out as one super-datagram, a sendmsg with a UDP_SEGMENT control
-// message giving the segment size (the last segment may be shorter; a
-// shorter datagram therefore ends a run). The kernel carries it whole as
-// far as it can — through loopback and veth to the receiving socket — and
-// segments it in software or on the NIC otherwise. Segment i of a
-// super-datagram leaves with IPv4 ID i (the kernel numbers the segments
-// of a datagram from its ID, which IP_PMTUDISC_DO makes 0; measured on
-// Linux 6.18 through a TUN device, see TestGSOSegmentICRC), so the loop
-// computes each datagram's ICRC for the ID it will have: a peer that
-// checks the real headers (Linux rxe) accepts it.
+// Send (GSO, Linux ≥ 4.18): a message of several datagrams is one
+// message of sendmmsg, with a UDP_SEGMENT control message giving the
+// segment size. The kernel carries it whole as far as it can — through loopback and veth to
+// the receiving socket — and segments it in software or on the NIC
+// otherwise, numbering the segments' IPv4 IDs (see txq.go).
 //
 // Receive (GRO, Linux ≥ 5.0): with UDP_GRO set, a read returns a
 // super-datagram whole, with a UDP_GRO control message giving its segment
@@ -40,41 +38,26 @@ import (
 // read deadlines and the wake-up by SetReadDeadline keep working).
 
 const (
-	udpMaxSegs    = 64    // segments per super-datagram: UDP_MAX_SEGMENTS of older kernels (6.18 takes 128)
-	udpMaxPayload = 65507 // largest UDP payload over IPv4 (65535-20-8); IPv6 allows 20 more
-	groSlot       = 65536 // receive buffer per message with GRO (4 MiB in all): a super-datagram is at most 64 KiB
-	txCap         = 128   // datagrams queued per flush (a window of packets)
-	rxSlots       = 64    // messages per recvmmsg
-	cmsgU16Space  = 24    // unix.CmsgSpace(2) on 64-bit Linux, a control buffer per message
-	cmsgIntSpace  = 24    // unix.CmsgSpace(4)
+	sockBuf      = 16 << 20 // socket buffers requested (SO_RCVBUFFORCE as root)
+	cmsgU16Space = 24       // unix.CmsgSpace(2) on 64-bit Linux, a control buffer per message
+	cmsgIntSpace = 24       // unix.CmsgSpace(4)
 )
 
-// txMsg is one sendmmsg message: datagrams bufs[first:first+n], all to
-// peer, all seg bytes but the last (which may be shorter and then closes
-// the run).
-type txMsg struct {
-	peer   netip.AddrPort
-	first  int
-	n      int
-	seg    int
-	bytes  int
-	closed bool
-}
-
-// sockIO is the loop's side of the socket. Only the loop goroutine uses it.
+// sockIO is a device's UDP socket as a batchConn. Only the loop goroutine
+// uses it, but for SetReadDeadline.
 type sockIO struct {
-	ctrs *counters
-	fd   int // valid until the loop exits: the conn is closed only after
-	raw  syscall.RawConn
-	v6   bool // an AF_INET6 socket
-	gso  bool // send super-datagrams
-	gro  bool // the socket delivers super-datagrams
+	ctrs  *counters
+	conn  *net.UDPConn
+	fd    int // valid until the loop exits: the conn is closed only after
+	raw   syscall.RawConn
+	local netip.AddrPort
+	v6    bool // an AF_INET6 socket
+	gso   bool // send super-datagrams
+	gro   bool // the socket delivers super-datagrams
 
-	// Transmit queue.
-	bufs  [][]byte // txCap buffers of maxDgram bytes; bufs[i] holds datagram i
-	peers []netip.AddrPort
-	nbuf  int
-	msgs  []txMsg // cap txCap
+	// Send.
+	msgs  []message // the messages of the Send in progress: the caller's, or own
+	own   []message // split's (cap txCap)
 	hdrs  []unix.Mmsghdr
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet6
@@ -85,12 +68,11 @@ type sockIO struct {
 	werr  syscall.Errno
 
 	// Receive.
-	slot   int // bytes per receive buffer
-	rbuf   []byte
 	rhdrs  []unix.Mmsghdr
 	riovs  []unix.Iovec
 	rnames []unix.RawSockaddrInet6
 	rctl   []byte
+	rlen   int // messages the Recv in progress asks for
 	rdirty int // headers the last recvmmsg may have changed
 	rn     int
 	rerr   syscall.Errno
@@ -101,10 +83,65 @@ type sockIO struct {
 
 func envOff(name string) bool { v := os.Getenv(name); return v == "0" || v == "off" || v == "false" }
 
-// newSockIO sets the socket up for the loop: UDP_GRO if allowed, and the
-// buffers.
-func newSockIO(raw syscall.RawConn, v6 bool, c *counters) *sockIO {
-	s := &sockIO{ctrs: c, raw: raw, v6: v6, gso: !envOff("IBEX_UDP_GSO")}
+// listenUDP is the listenFunc of real devices: a UDP socket bound to addr,
+// with large buffers.
+func listenUDP(addr netip.AddrPort, c *counters) (batchConn, error) {
+	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		return nil, fmt.Errorf("bind %v: %w", addr, err)
+	}
+	growBuffers(conn)
+	s, err := newSockIO(conn, c)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// growBuffers asks for large socket buffers, forcing past rmem_max when
+// the process may (CAP_NET_ADMIN); the send window is sized from the result.
+func growBuffers(c *net.UDPConn) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, sockBuf) != nil {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, sockBuf)
+		}
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sockBuf) != nil {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, sockBuf)
+		}
+	})
+}
+
+// getsockname returns the socket's local address.
+func getsockname(raw interface{ Control(func(uintptr)) error }) (sa unix.Sockaddr, err error) {
+	if cerr := raw.Control(func(fd uintptr) { sa, err = unix.Getsockname(int(fd)) }); cerr != nil {
+		return nil, cerr
+	}
+	return sa, err
+}
+
+// newSockIO sets conn up for the loop: UDP_GRO if allowed, and the
+// headers. It counts messages and system calls in c.
+func newSockIO(conn *net.UDPConn, c *counters) (*sockIO, error) {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	sa, err := getsockname(raw)
+	if err != nil {
+		return nil, fmt.Errorf("getsockname: %w", err)
+	}
+	s := &sockIO{ctrs: c, conn: conn, raw: raw, gso: !envOff("IBEX_UDP_GSO")}
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		s.local = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		s.local, s.v6 = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)), true
+	}
 	_ = raw.Control(func(fd uintptr) {
 		s.fd = int(fd)
 		// Path MTU discovery on: DF set, and IPv4 ID 0 on every datagram
@@ -114,7 +151,7 @@ func newSockIO(raw syscall.RawConn, v6 bool, c *counters) *sockIO {
 		// hashed counter and a receiver that checks the real headers
 		// (Linux rxe) drops every packet.
 		_ = unix.SetsockoptInt(s.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
-		if v6 {
+		if s.v6 {
 			_ = unix.SetsockoptInt(s.fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
 		}
 		if s.gso {
@@ -127,90 +164,49 @@ func newSockIO(raw syscall.RawConn, v6 bool, c *counters) *sockIO {
 			s.gro = true
 		}
 	})
-	s.bufs = make([][]byte, txCap)
-	back := make([]byte, txCap*maxDgram)
-	for i := range s.bufs {
-		s.bufs[i] = back[i*maxDgram : i*maxDgram : (i+1)*maxDgram]
-	}
-	s.peers = make([]netip.AddrPort, txCap)
-	s.msgs = make([]txMsg, 0, txCap)
+	s.own = make([]message, 0, txCap)
 	s.hdrs = make([]unix.Mmsghdr, txCap)
 	s.iovs = make([]unix.Iovec, txCap)
 	s.names = make([]unix.RawSockaddrInet6, txCap)
 	s.ctl = make([]byte, txCap*cmsgU16Space)
 
-	s.slot = maxDgram
-	if s.gro {
-		s.slot = groSlot
-	}
-	s.rbuf = make([]byte, rxSlots*s.slot)
-	s.rhdrs = make([]unix.Mmsghdr, rxSlots)
-	s.riovs = make([]unix.Iovec, rxSlots)
-	s.rnames = make([]unix.RawSockaddrInet6, rxSlots)
-	s.rctl = make([]byte, rxSlots*cmsgIntSpace)
+	s.rhdrs = make([]unix.Mmsghdr, txCap)
+	s.riovs = make([]unix.Iovec, txCap)
+	s.rnames = make([]unix.RawSockaddrInet6, txCap)
+	s.rctl = make([]byte, txCap*cmsgIntSpace)
 	for i := range s.rhdrs {
-		s.riovs[i].Base = &s.rbuf[i*s.slot]
-		s.riovs[i].SetLen(s.slot)
 		h := &s.rhdrs[i].Hdr
 		h.Iov = &s.riovs[i]
 		h.SetIovlen(1)
 		h.Name = (*byte)(unsafe.Pointer(&s.rnames[i]))
 		h.Control = &s.rctl[i*cmsgIntSpace]
 	}
-	s.rdirty = rxSlots
+	s.rdirty = len(s.rhdrs)
 	s.readFn = s.readBatch
 	s.writeFn = s.writeBatch
-	return s
+	return s, nil
 }
 
-// reachable reports whether the socket can send to peer at all.
-func (s *sockIO) reachable(peer netip.AddrPort) bool {
-	return peer.IsValid() && (s.v6 || peer.Addr().Is4())
+func (s *sockIO) LocalAddr() netip.AddrPort         { return s.local }
+func (s *sockIO) BatchSize() int                    { return txCap }
+func (s *sockIO) Offload() (gso, gro bool)          { return s.gso, s.gro }
+func (s *sockIO) SetReadDeadline(t time.Time) error { return s.conn.SetReadDeadline(t) }
+func (s *sockIO) Close() error                      { return s.conn.Close() }
+
+// RecvBuffer reads the socket's receive buffer size.
+func (s *sockIO) RecvBuffer() int {
+	n := 212992
+	_ = s.raw.Control(func(fd uintptr) {
+		if v, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
+			n = v
+		}
+	})
+	return n
 }
 
-// full reports whether the queue must be flushed before the next datagram.
-func (s *sockIO) full() bool { return s.nbuf == len(s.bufs) }
-
-// join returns the index a datagram of size bytes to peer would have in
-// the last message, or 0 if it starts a new one.
-func (s *sockIO) join(peer netip.AddrPort, size int) int {
-	if !s.gso || len(s.msgs) == 0 {
-		return 0
-	}
-	m := &s.msgs[len(s.msgs)-1]
-	if m.closed || m.peer != peer || m.n == udpMaxSegs || size > m.seg || m.bytes+size > udpMaxPayload {
-		return 0
-	}
-	return m.n
-}
-
-// push queues b, which must be the next buffer (bufs[nbuf]) or replace
-// it, for peer and returns its segment index (its IPv4 ID), as join
-// computes it for len(b). The queue must not be full.
-func (s *sockIO) push(peer netip.AddrPort, b []byte) int {
-	i := s.nbuf
-	s.bufs[i] = b
-	s.peers[i] = peer
-	s.nbuf++
-	k := s.join(peer, len(b))
-	if k == 0 {
-		s.msgs = append(s.msgs, txMsg{peer: peer, first: i, n: 1, seg: len(b), bytes: len(b)})
-		return 0
-	}
-	m := &s.msgs[len(s.msgs)-1]
-	m.n++
-	m.bytes += len(b)
-	m.closed = len(b) < m.seg
-	return k
-}
-
-// flush sends the queue.
-func (s *sockIO) flush() {
-	c := s.ctrs
-	if s.nbuf == 0 {
-		return
-	}
-	wireClock.Add(1)
+// Send implements batchConn.
+func (s *sockIO) Send(msgs []message) (pkts, bytes int) {
+	s.msgs = msgs
 	s.build(0)
 	for i := 0; i < len(s.msgs); {
 		n, errno := s.sendmmsg(i, len(s.msgs))
@@ -218,13 +214,13 @@ func (s *sockIO) flush() {
 			// The socket's send buffer is full: wait until it drains.
 			s.wfrom, s.wto = i, len(s.msgs)
 			if err := s.raw.Write(s.writeFn); err != nil {
-				s.discard(c, i, len(s.msgs))
-				break
+				break // closed: the rest is dropped
 			}
 			n, errno = s.wn, s.werr
 		}
 		if errno == 0 {
-			s.sent(c, i, i+n)
+			p, b := s.sent(i, i+n)
+			pkts, bytes = pkts+p, bytes+b
 			i += n
 			continue
 		}
@@ -233,9 +229,8 @@ func (s *sockIO) flush() {
 		case errno == unix.EINTR:
 		case errno == unix.ENOBUFS:
 			// The queue discipline dropped it: the protocol retransmits.
-			s.discard(c, i, len(s.msgs))
 			i = len(s.msgs)
-		case m.n > 1 && (errno == unix.EIO || errno == unix.EINVAL):
+		case len(m.Buffers) > 1 && (errno == unix.EIO || errno == unix.EINVAL):
 			// The kernel will not segment (an egress device without
 			// checksum offload, or a route it cannot segment for): plain
 			// datagrams from now on.
@@ -244,72 +239,75 @@ func (s *sockIO) flush() {
 			s.build(i)
 		default:
 			// Refused (unreachable, filtered, too big): skip it.
-			s.discard(c, i, i+1)
 			i++
 		}
 	}
-	s.nbuf = 0
-	s.msgs = s.msgs[:0]
+	s.msgs = nil
+	return pkts, bytes
 }
 
-// split turns messages i and after into one message per datagram.
+// split turns messages i and after into one message per datagram, in a
+// list of its own (the caller's stays as it was).
 func (s *sockIO) split(i int) {
-	first := s.msgs[i].first
-	s.msgs = s.msgs[:i]
-	for k := first; k < s.nbuf; k++ {
-		s.msgs = append(s.msgs, txMsg{peer: s.peers[k], first: k, n: 1, seg: len(s.bufs[k]), bytes: len(s.bufs[k])})
+	own := append(s.own[:0], s.msgs[:i]...)
+	for _, m := range s.msgs[i:] {
+		for k := range m.Buffers {
+			own = append(own, message{Buffers: m.Buffers[k : k+1], Addr: m.Addr})
+		}
 	}
+	s.own, s.msgs = own, own
 }
 
 // build fills the sendmmsg headers of messages i and after.
 func (s *sockIO) build(i int) {
+	k := 0 // the first iovec of message i
+	for _, m := range s.msgs[:i] {
+		k += len(m.Buffers)
+	}
 	for ; i < len(s.msgs); i++ {
 		m := &s.msgs[i]
-		for k := m.first; k < m.first+m.n; k++ {
-			s.iovs[k].Base = unsafe.SliceData(s.bufs[k])
-			s.iovs[k].SetLen(len(s.bufs[k]))
+		first := k
+		for _, b := range m.Buffers {
+			s.iovs[k].Base = unsafe.SliceData(b)
+			s.iovs[k].SetLen(len(b))
+			k++
 		}
 		h := &s.hdrs[i].Hdr
-		h.Iov = &s.iovs[m.first]
-		h.SetIovlen(m.n)
+		h.Iov = &s.iovs[first]
+		h.SetIovlen(len(m.Buffers))
 		h.Name = (*byte)(unsafe.Pointer(&s.names[i]))
-		h.Namelen = putSockaddr(&s.names[i], m.peer, s.v6)
+		h.Namelen = putSockaddr(&s.names[i], m.Addr, s.v6)
 		h.Control, h.Controllen = nil, 0
-		if m.n > 1 {
+		if len(m.Buffers) > 1 {
 			c := s.ctl[i*cmsgU16Space : (i+1)*cmsgU16Space]
 			ch := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 			ch.Level, ch.Type = unix.SOL_UDP, unix.UDP_SEGMENT
 			ch.SetLen(unix.CmsgLen(2))
-			binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(m.seg))
+			binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(len(m.Buffers[0])))
 			h.Control = &c[0]
 			h.SetControllen(unix.CmsgSpace(2))
 		}
 	}
 }
 
-func (s *sockIO) sent(c *counters, from, to int) {
-	var pkts, bytes, super uint64
+// sent counts messages from to to as sent and returns their datagrams and
+// bytes.
+func (s *sockIO) sent(from, to int) (pkts, bytes int) {
+	super := 0
 	for _, m := range s.msgs[from:to] {
-		pkts += uint64(m.n)
-		bytes += uint64(m.bytes)
-		if m.n > 1 {
+		pkts += len(m.Buffers)
+		for _, b := range m.Buffers {
+			bytes += len(b)
+		}
+		if len(m.Buffers) > 1 {
 			super++
 		}
 	}
-	c.xmitPkts.Add(pkts)
-	c.xmitData.Add(bytes)
-	c.xmitMsgs.Add(uint64(to - from))
+	s.ctrs.xmitMsgs.Add(uint64(to - from))
 	if super > 0 {
-		c.xmitSuper.Add(super)
+		s.ctrs.xmitSuper.Add(uint64(super))
 	}
-}
-
-func (s *sockIO) discard(c *counters, from, to int) {
-	var pkts uint64
-	for _, m := range s.msgs[from:to] {
-		pkts += uint64(m.n)
-	}
-	c.xmitDiscards.Add(pkts)
+	return pkts, bytes
 }
 
 func (s *sockIO) sendmmsg(from, to int) (int, syscall.Errno) {
@@ -328,6 +326,36 @@ func (s *sockIO) writeBatch(uintptr) bool {
 	return s.werr != unix.EAGAIN
 }
 
+// Recv implements batchConn.
+func (s *sockIO) Recv(msgs []message, wait bool) (int, error) {
+	msgs = msgs[:min(len(msgs), len(s.rhdrs))]
+	for i := range msgs {
+		b := msgs[i].Buffers[0]
+		s.riovs[i].Base = unsafe.SliceData(b)
+		s.riovs[i].SetLen(len(b))
+	}
+	s.rlen = len(msgs)
+	var n int
+	if wait {
+		if err := s.raw.Read(s.readFn); err != nil {
+			return 0, err
+		}
+		if s.rerr != 0 {
+			return 0, s.rerr
+		}
+		n = s.rn
+	} else {
+		var errno syscall.Errno
+		if n, errno = s.recv(); errno != 0 && errno != unix.EAGAIN {
+			return 0, errno
+		}
+	}
+	for i := range msgs[:n] {
+		s.message(i, &msgs[i])
+	}
+	return n, nil
+}
+
 // recv reads a batch of messages without blocking: how many, or 0.
 func (s *sockIO) recv() (int, syscall.Errno) {
 	for i := range s.rhdrs[:s.rdirty] {
@@ -338,7 +366,7 @@ func (s *sockIO) recv() (int, syscall.Errno) {
 	}
 	for {
 		s.ctrs.syscalls.Add(1)
-		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.rhdrs[0])), uintptr(len(s.rhdrs)), unix.MSG_DONTWAIT, 0, 0)
+		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.rhdrs[0])), uintptr(s.rlen), unix.MSG_DONTWAIT, 0, 0)
 		switch errno {
 		case 0:
 			s.rdirty = int(n)
@@ -358,36 +386,26 @@ func (s *sockIO) readBatch(uintptr) bool {
 	return s.rerr != unix.EAGAIN
 }
 
-// wait blocks until messages arrive or the read deadline passes and returns
-// how many arrived.
-func (s *sockIO) wait() (int, error) {
-	if err := s.raw.Read(s.readFn); err != nil {
-		return 0, err
-	}
-	if s.rerr != 0 {
-		return 0, s.rerr
-	}
-	return s.rn, nil
-}
-
-// message returns received message i: its bytes, its source and its
-// segment size (len(b) when it holds one datagram). ok is false for a
-// message to drop (truncated, or from an address we cannot parse).
-func (s *sockIO) message(i int) (b []byte, src netip.AddrPort, seg int, ok bool) {
+// message fills m from received message i: its length, its source and its
+// segment size (N when it holds one datagram); N is 0 for a message to
+// drop (truncated, or from an address we cannot parse).
+func (s *sockIO) message(i int, m *message) {
 	h := &s.rhdrs[i]
 	n := int(h.Len)
-	if h.Hdr.Flags&unix.MSG_TRUNC != 0 || n > s.slot {
-		return nil, src, 0, false
+	m.N, m.Seg, m.Addr = 0, 0, netip.AddrPort{}
+	if h.Hdr.Flags&unix.MSG_TRUNC != 0 || n > len(m.Buffers[0]) {
+		return
 	}
-	b = s.rbuf[i*s.slot : i*s.slot+n]
-	src, ok = getSockaddr(&s.rnames[i], h.Hdr.Namelen)
-	seg = n
+	src, ok := getSockaddr(&s.rnames[i], h.Hdr.Namelen)
+	if !ok {
+		return
+	}
+	m.N, m.Seg, m.Addr = n, n, src
 	if s.gro && h.Hdr.Flags&unix.MSG_CTRUNC == 0 {
 		if g := groSize(s.rctl[i*cmsgIntSpace:][:min(int(h.Hdr.Controllen), cmsgIntSpace)]); g > 0 && g < n {
-			seg = g
+			m.Seg = g
 		}
 	}
-	return b, src, seg, ok
 }
 
 // groSize returns the segment size in a UDP_GRO control message, or 0.

@@ -53,38 +53,55 @@ func ioPair(t testing.TB, size, depth int, envA, envB map[string]string) (a, b *
 	t.Helper()
 	n := ioSeq.Add(1)
 	mk := func(side string, env map[string]string) *ioEnd {
-		e := &ioEnd{name: fmt.Sprintf("io%d%s", n, side)}
+		name := fmt.Sprintf("io%d%s", n, side)
 		host := map[string]string{"a": "1", "b": "2"}[side]
 		addr := fmt.Sprintf("127.%d.%d.%s:4791", 2+os.Getpid()%250, n, host)
-		if err := AddDevice(e.name, netip.MustParseAddrPort(addr)); err != nil {
+		if err := AddDevice(name, netip.MustParseAddrPort(addr)); err != nil {
 			t.Fatal(err)
 		}
 		for k, v := range env {
 			t.Setenv(k, v)
 		}
-		var err error
-		must := func(err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		e.ctx, err = verbs.Open("udp/" + e.name)
-		must(err)
+		e := openEnd(t, name, size, depth, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 		for k := range env {
 			t.Setenv(k, "")
 		}
-		e.pd, err = e.ctx.AllocPD()
-		must(err)
-		e.cq, err = e.ctx.CreateCQ(4 * depth)
-		must(err)
-		e.mr, err = e.pd.RegMR(make([]byte, size), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
-		must(err)
-		e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: depth}})
-		must(err)
 		return e
 	}
 	a, b = mk("a", envA), mk("b", envB)
+	connectEnds(t, a, b)
+	return a, b
+}
+
+// openEnd opens device name and makes a PD, a CQ, an MR of size bytes with
+// access acc, and a QP of depth WRs.
+func openEnd(t testing.TB, name string, size, depth int, acc verbs.Access) *ioEnd {
+	t.Helper()
+	e := &ioEnd{name: name}
+	var err error
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.ctx, err = verbs.Open("udp/" + e.name)
+	must(err)
+	e.pd, err = e.ctx.AllocPD()
+	must(err)
+	e.cq, err = e.ctx.CreateCQ(4 * depth)
+	must(err)
+	e.mr, err = e.pd.RegMR(make([]byte, size), acc)
+	must(err)
+	e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: depth}})
+	must(err)
+	return e
+}
+
+// connectEnds connects a's QP and b's, and tears both ends down at the
+// test's end.
+func connectEnds(t testing.TB, a, b *ioEnd) {
+	t.Helper()
 	if err := a.qp.Connect(b.qp.Info(), verbs.ConnectOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +117,6 @@ func ioPair(t testing.TB, size, depth int, envA, envB map[string]string) (a, b *
 			}
 		}
 	})
-	return a, b
 }
 
 // run posts wrs on e's QP and waits for one completion per signaled WR.
@@ -153,8 +169,10 @@ func TestGSOGRO(t *testing.T) {
 				env := map[string]string{"IBEX_UDP_GSO": onOff(gso), "IBEX_UDP_GRO": onOff(gro)}
 				a, b := ioPair(t, size, 16, env, env)
 				da, db := a.dev(), b.dev()
-				if da.io.gso != gso || db.io.gro != gro {
-					t.Skipf("kernel: gso %v, gro %v", da.io.gso, db.io.gro)
+				gsoA, _ := da.conn.Offload()
+				_, groB := db.conn.Offload()
+				if gsoA != gso || groB != gro {
+					t.Skipf("kernel: gso %v, gro %v", gsoA, groB)
 				}
 				rng := rand.New(rand.NewPCG(1, 2))
 				src := a.mr.Bytes()
@@ -243,7 +261,7 @@ func TestPingPongSyscalls(t *testing.T) {
 	}
 	m, s := float64(msgs()-m0)/rounds, float64(sys()-s0)/rounds
 	t.Logf("per round trip: %.2f messages sent, %.2f sendmmsg/recvmmsg calls", m, s)
-	if da.io.gso && da.io.gro && m > 2.5 {
+	if gso, gro := da.conn.Offload(); gso && gro && m > 2.5 {
 		t.Errorf("%.2f messages per round trip, want about 2 (acknowledgements in the replies' super-datagrams)", m)
 	}
 }
@@ -339,15 +357,14 @@ func TestGSOSegmentICRC(t *testing.T) {
 	if checked < 40 {
 		t.Fatalf("only %d packets came out of %s", checked, name)
 	}
-	if d := (&ioEnd{name: dev}).dev(); d.io.gso && maxID == 0 {
+	if gso, _ := (&ioEnd{name: dev}).dev().conn.Offload(); gso && maxID == 0 {
 		t.Errorf("GSO on but every packet had IPv4 ID 0: no super-datagram was segmented")
 	}
 }
 
 // TestGSOFallback makes the kernel refuse a super-datagram (EINVAL: more
 // segments than UDP_MAX_SEGMENTS: 64 in older kernels, 128 in 6.18):
-// the queue must turn GSO off and send every datagram on its own, in
-// order.
+// Send must turn GSO off and send every datagram on its own, in order.
 func TestGSOFallback(t *testing.T) {
 	tx, _ := udpSocket(t)
 	rx, rxAddr := udpSocket(t)
@@ -358,22 +375,19 @@ func TestGSOFallback(t *testing.T) {
 	}
 	// Room for more datagrams than the loop ever queues.
 	const n = 129
-	s.bufs, s.peers = make([][]byte, n), make([]netip.AddrPort, n)
-	s.msgs, s.hdrs = make([]txMsg, 0, n), make([]unix.Mmsghdr, n)
+	s.own, s.hdrs = make([]message, 0, n), make([]unix.Mmsghdr, n)
 	s.iovs, s.names, s.ctl = make([]unix.Iovec, n), make([]unix.RawSockaddrInet6, n), make([]byte, n*cmsgU16Space)
+	bufs := make([][]byte, n)
 	for i := range n {
-		b := make([]byte, 100)
-		b[0] = byte(i)
-		s.bufs[i], s.peers[i] = b, rxAddr
+		bufs[i] = make([]byte, 100)
+		bufs[i][0] = byte(i)
 	}
-	s.nbuf = n
-	s.msgs = append(s.msgs, txMsg{peer: rxAddr, first: 0, n: n, seg: 100, bytes: 100 * n})
-	s.flush()
-	if s.gso {
+	pkts, bytes := s.Send([]message{{Buffers: bufs, Addr: rxAddr}})
+	if gso, _ := s.Offload(); gso {
 		t.Fatal("GSO still on after the kernel refused a super-datagram")
 	}
-	if c.xmitPkts.Load() != n || c.xmitDiscards.Load() != 0 || c.xmitSuper.Load() != 0 {
-		t.Fatalf("sent %d (%d super-datagrams), discarded %d; want %d sent", c.xmitPkts.Load(), c.xmitSuper.Load(), c.xmitDiscards.Load(), n)
+	if pkts != n || bytes != 100*n || c.xmitSuper.Load() != 0 || c.xmitMsgs.Load() != n {
+		t.Fatalf("sent %d datagrams, %d bytes, in %d messages (%d super-datagrams); want %d sent alone", pkts, bytes, c.xmitMsgs.Load(), c.xmitSuper.Load(), n)
 	}
 	got := make([]byte, 200)
 	for i := range n {
@@ -459,11 +473,11 @@ func udpSocket(t *testing.T) (*net.UDPConn, netip.AddrPort) {
 
 func testSockIO(t *testing.T, c *net.UDPConn, ctrs *counters) *sockIO {
 	t.Helper()
-	raw, err := c.SyscallConn()
+	s, err := newSockIO(c, ctrs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newSockIO(raw, false, ctrs)
+	return s
 }
 
 // TestCoalesce checks how datagrams group into super-datagrams: one size
@@ -497,7 +511,7 @@ func TestCoalesce(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &sockIO{gso: true, bufs: make([][]byte, txCap), peers: make([]netip.AddrPort, txCap), msgs: make([]txMsg, 0, txCap)}
+			s := &txQueue{gso: true, bufs: make([][]byte, txCap), msgs: make([]txMsg, 0, txCap)}
 			for i := range s.bufs {
 				s.bufs[i] = make([]byte, 0, maxDgram)
 			}
@@ -572,24 +586,27 @@ func TestSockIOAllocs(t *testing.T) {
 	rx, rxAddr := udpSocket(t)
 	var c counters
 	s, r := testSockIO(t, tx, &c), testSockIO(t, rx, &c)
+	var q txQueue
+	q.init(s, &c)
+	_, gro := r.Offload()
+	msgs := newRecvBatch(rxSlots, gro)
 	round := func() {
 		for range 32 {
-			b := s.bufs[s.nbuf][:1000]
-			s.push(rxAddr, b)
+			b := q.bufs[q.nbuf][:1000]
+			q.push(rxAddr, b)
 		}
-		s.flush()
+		q.flush()
 		got := 0
 		for got < 32 {
-			n, errno := r.recv()
-			if errno != 0 && errno != unix.EAGAIN {
-				t.Fatal(errno)
+			n, err := r.Recv(msgs, false)
+			if err != nil {
+				t.Fatal(err)
 			}
-			for i := range n {
-				b, _, seg, ok := r.message(i)
-				if !ok {
+			for _, m := range msgs[:n] {
+				if m.N == 0 {
 					t.Fatal("bad message")
 				}
-				got += (len(b) + seg - 1) / seg
+				got += (m.N + m.Seg - 1) / m.Seg
 			}
 		}
 	}
@@ -663,31 +680,35 @@ func TestSockIOv6(t *testing.T) {
 	tx, txAddr := mk()
 	rx, rxAddr := mk()
 	var c counters
-	rawTx, _ := tx.SyscallConn()
-	rawRx, _ := rx.SyscallConn()
-	s, r := newSockIO(rawTx, true, &c), newSockIO(rawRx, true, &c)
-	for i := range 20 {
-		b := s.bufs[s.nbuf][:1000-100*(i/19)] // the last one shorter
-		b[0] = byte(i)
-		s.push(rxAddr, b)
+	s, r := testSockIO(t, tx, &c), testSockIO(t, rx, &c)
+	if !s.v6 || s.LocalAddr() != txAddr {
+		t.Fatalf("socket bound to %v: v6 %v, local address %v", txAddr, s.v6, s.LocalAddr())
 	}
-	s.flush()
+	var q txQueue
+	q.init(s, &c)
+	for i := range 20 {
+		b := q.bufs[q.nbuf][:1000-100*(i/19)] // the last one shorter
+		b[0] = byte(i)
+		q.push(rxAddr, b)
+	}
+	q.flush()
 	if c.xmitPkts.Load() != 20 || s.gso && c.xmitMsgs.Load() != 1 {
 		t.Fatalf("%d datagrams in %d messages", c.xmitPkts.Load(), c.xmitMsgs.Load())
 	}
+	_, gro := r.Offload()
+	msgs := newRecvBatch(rxSlots, gro)
 	next := 0
 	deadline := time.Now().Add(5 * time.Second)
 	for next < 20 && time.Now().Before(deadline) {
-		n, errno := r.recv()
-		if errno != 0 && errno != unix.EAGAIN {
-			t.Fatal(errno)
+		n, err := r.Recv(msgs, false)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for i := range n {
-			b, src, seg, ok := r.message(i)
-			if !ok || src != txAddr {
-				t.Fatalf("message from %v, %v; want %v", src, ok, txAddr)
+		for _, m := range msgs[:n] {
+			if m.N == 0 || m.Addr != txAddr {
+				t.Fatalf("message of %d bytes from %v; want one from %v", m.N, m.Addr, txAddr)
 			}
-			for ; len(b) > 0; b = b[min(seg, len(b)):] {
+			for b := m.Buffers[0][:m.N]; len(b) > 0; b = b[min(m.Seg, len(b)):] {
 				if b[0] != byte(next) {
 					t.Fatalf("datagram %d: got %d", next, b[0])
 				}

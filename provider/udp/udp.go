@@ -33,12 +33,13 @@ import (
 const DefaultDevice = "udp0"
 
 type provider struct {
-	mu   sync.Mutex
-	conf map[string]netip.AddrPort
-	live map[string]*device
+	mu     sync.Mutex
+	conf   map[string]netip.AddrPort
+	listen map[string]listenFunc // a device's network, if not a UDP socket (tests)
+	live   map[string]*device
 }
 
-var prov = &provider{conf: map[string]netip.AddrPort{}, live: map[string]*device{}}
+var prov = &provider{conf: map[string]netip.AddrPort{}, listen: map[string]listenFunc{}, live: map[string]*device{}}
 
 func init() {
 	addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), wire.UDPPort)
@@ -66,7 +67,11 @@ func parseAddr(s string) (netip.AddrPort, error) {
 
 // AddDevice registers a device bound to addr (port 0 means 4791). Every
 // device of a fabric must use the same port: a GID names only the address.
-func AddDevice(name string, addr netip.AddrPort) error {
+func AddDevice(name string, addr netip.AddrPort) error { return addDevice(name, addr, nil) }
+
+// addDevice is AddDevice with the device's network opened by listen (nil:
+// a UDP socket, listenUDP).
+func addDevice(name string, addr netip.AddrPort, listen listenFunc) error {
 	if name == "" {
 		return errors.New("udp: add device: empty name")
 	}
@@ -82,6 +87,9 @@ func AddDevice(name string, addr netip.AddrPort) error {
 		return fmt.Errorf("udp: add device %s: name in use", name)
 	}
 	prov.conf[name] = addr
+	if listen != nil {
+		prov.listen[name] = listen
+	}
 	return nil
 }
 
@@ -109,8 +117,12 @@ func (p *provider) Open(name string, c driver.Context) (driver.Device, error) {
 	}
 	d := p.live[name]
 	if d == nil {
+		listen := p.listen[name]
+		if listen == nil {
+			listen = listenUDP
+		}
 		var err error
-		if d, err = startDevice(name, addr); err != nil {
+		if d, err = startDevice(name, addr, listen); err != nil {
 			return nil, err
 		}
 		p.live[name] = d
@@ -129,28 +141,5 @@ func (p *provider) release(d *device) {
 	p.mu.Unlock()
 	if last {
 		d.stopLoop()
-	}
-}
-
-// Counters returns the port counters of a running device (false if the
-// device is not open).
-func Counters(device string) (PortCounters, bool) {
-	prov.mu.Lock()
-	d := prov.live[device]
-	prov.mu.Unlock()
-	if d == nil {
-		return PortCounters{}, false
-	}
-	return d.counters(), true
-}
-
-// PortCounters implements verbs.PortCounterReader.
-func (drv *opened) PortCounters(port uint8) []verbs.PortCounter {
-	c := drv.dev.counters()
-	return []verbs.PortCounter{
-		{Name: "PortXmitData", Value: c.PortXmitData}, {Name: "PortRcvData", Value: c.PortRcvData},
-		{Name: "PortXmitPkts", Value: c.PortXmitPkts}, {Name: "PortRcvPkts", Value: c.PortRcvPkts},
-		{Name: "PortRcvErrors", Value: c.PortRcvErrors}, {Name: "PortXmitDiscards", Value: c.PortXmitDiscards},
-		{Name: "ICRCErrors", Value: c.ICRCErrors}, {Name: "UnknownQP", Value: c.UnknownQP},
 	}
 }

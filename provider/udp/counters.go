@@ -1,0 +1,60 @@
+package udp
+
+import (
+	"sync/atomic"
+
+	"github.com/ibex-rdma/ibex/verbs"
+)
+
+// PortCounters are a device's port counters, with the InfiniBand names
+// (PortXmitData and PortRcvData count 4-byte words, as IBA 16.1.3.5 says).
+type PortCounters struct {
+	PortXmitData, PortRcvData uint64
+	PortXmitPkts, PortRcvPkts uint64
+	PortRcvErrors             uint64 // malformed packets and bad ICRCs
+	ICRCErrors                uint64
+	UnknownQP                 uint64 // packets for a QP that is not here or not ready
+	PortXmitDiscards          uint64 // datagrams the socket refused
+}
+
+type counters struct {
+	xmitData, rcvData, xmitPkts, rcvPkts, rcvErrors, icrcErrors, unknownQP, xmitDiscards atomic.Uint64
+
+	// Not port counters: how the datagrams crossed the socket (the
+	// batchConn counts the messages sent and the system calls).
+	xmitMsgs, xmitSuper atomic.Uint64 // messages sent; of them GSO super-datagrams
+	rcvMsgs, rcvSuper   atomic.Uint64 // messages received; of them GRO super-datagrams
+	syscalls            atomic.Uint64 // sendmmsg and recvmmsg calls
+}
+
+func (d *device) counters() PortCounters {
+	c := &d.ctrs
+	return PortCounters{
+		PortXmitData: c.xmitData.Load() / 4, PortRcvData: c.rcvData.Load() / 4,
+		PortXmitPkts: c.xmitPkts.Load(), PortRcvPkts: c.rcvPkts.Load(), PortRcvErrors: c.rcvErrors.Load(),
+		ICRCErrors: c.icrcErrors.Load(), UnknownQP: c.unknownQP.Load(), PortXmitDiscards: c.xmitDiscards.Load(),
+	}
+}
+
+// Counters returns the port counters of a running device (false if the
+// device is not open).
+func Counters(device string) (PortCounters, bool) {
+	prov.mu.Lock()
+	d := prov.live[device]
+	prov.mu.Unlock()
+	if d == nil {
+		return PortCounters{}, false
+	}
+	return d.counters(), true
+}
+
+// PortCounters implements verbs.PortCounterReader.
+func (drv *opened) PortCounters(port uint8) []verbs.PortCounter {
+	c := drv.dev.counters()
+	return []verbs.PortCounter{
+		{Name: "PortXmitData", Value: c.PortXmitData}, {Name: "PortRcvData", Value: c.PortRcvData},
+		{Name: "PortXmitPkts", Value: c.PortXmitPkts}, {Name: "PortRcvPkts", Value: c.PortRcvPkts},
+		{Name: "PortRcvErrors", Value: c.PortRcvErrors}, {Name: "PortXmitDiscards", Value: c.PortXmitDiscards},
+		{Name: "ICRCErrors", Value: c.ICRCErrors}, {Name: "UnknownQP", Value: c.UnknownQP},
+	}
+}

@@ -1,0 +1,180 @@
+package udp
+
+import (
+	"unsafe"
+
+	"github.com/ibex-rdma/ibex/ib"
+	"github.com/ibex-rdma/ibex/rc"
+	"github.com/ibex-rdma/ibex/wire"
+)
+
+// Sending: the loop's transmit pass polls the engines into the transmit
+// queue (txq.go), acknowledgements last.
+
+// transmit runs due timers and sends what every engine has to send; it
+// returns the earliest engine deadline (0: none).
+//
+// Only QPs with something new — a packet received, a request issued, a
+// state change — are visited, unless a timer is due: then every QP is, and
+// the earliest deadline is found again. A pass over a thousand idle QPs
+// would otherwise cost every packet of a busy one.
+func (d *device) transmit(now int64, pkt *rc.Packet, wp *wire.Packet) (next int64) {
+	if d.scanAll || (d.nextTimer != 0 && now >= d.nextTimer) {
+		for i := 0; i < len(d.active); i++ {
+			if dl := d.drain(now, d.active[i], pkt, wp); dl != 0 && (next == 0 || dl < next) {
+				next = dl
+			}
+		}
+		d.nextTimer, d.scanAll = next, false
+	} else {
+		for _, q := range d.ready {
+			if dl := d.drain(now, q, pkt, wp); dl != 0 && (d.nextTimer == 0 || dl < d.nextTimer) {
+				d.nextTimer = dl
+			}
+		}
+	}
+	for i, q := range d.ready {
+		q.ready = false
+		d.ready[i] = nil
+	}
+	d.ready = d.ready[:0]
+	d.release(nil, wp)
+	d.tx.flush()
+	return d.nextTimer
+}
+
+// markReady puts q on the list transmit visits next.
+func (d *device) markReady(q *qpDriver) {
+	if !q.ready {
+		q.ready = true
+		d.ready = append(d.ready, q)
+	}
+}
+
+// drain runs q's due timers and queues what its engine has to send; it
+// returns the engine's next deadline.
+func (d *device) drain(now int64, q *qpDriver, pkt *rc.Packet, wp *wire.Packet) int64 {
+	s := &d.tx
+	e := q.eng
+	if e == nil {
+		return 0
+	}
+	if dl := e.Deadline(); dl != 0 && dl <= now {
+		e.Tick(now)
+	}
+	for {
+		if s.full() {
+			s.flush()
+		}
+		// The engine writes the payload where the datagram will carry it
+		// (after a BTH: most packets have no extension header), so that
+		// encoding does not copy it again.
+		buf := s.bufs[s.nbuf][:0:maxDgram]
+		if !e.Poll(now, pkt, buf[ib.BTHLen:maxDgram]) {
+			break
+		}
+		if !s.reachable(q.peer) {
+			d.ctrs.xmitDiscards.Add(1)
+			continue
+		}
+		if pkt.Opcode == ib.RCAck || pkt.Opcode == ib.RCAtomicAck {
+			// Acknowledgements go last, see hold.
+			d.hold(q, pkt, wp)
+			continue
+		}
+		if len(d.held) > 0 && ib.Opcode(pkt.Opcode).Has(ib.MaskResponse) {
+			// A READ response: the QP's earlier acknowledgements first
+			// (responses keep their order), the payload saved meanwhile.
+			pkt.Payload = d.scratch[:copy(d.scratch, pkt.Payload)]
+			d.release(q, wp)
+			buf = s.bufs[s.nbuf][:0:maxDgram]
+		}
+		d.encode(q, pkt, wp, buf)
+	}
+	q.syncStats()
+	q.afterEngine()
+	return e.Deadline()
+}
+
+// heldPkt is an acknowledgement waiting for the end of a transmit pass.
+type heldPkt struct {
+	q   *qpDriver
+	pkt rc.Packet
+}
+
+// hold keeps an acknowledgement (ACK, NAK, atomic ACK: no payload) until
+// the end of the transmit pass, so that it leaves after the requests that
+// pass sends to the same peer: a request followed by a smaller datagram is
+// one GSO super-datagram, so the ACK of a ping and the pong that answers it
+// cost one trip through the kernel instead of two. Requests and responses
+// are independent streams (IBA 9.5, rxe sends them from separate tasks);
+// within the responses of a QP the order is kept.
+func (d *device) hold(q *qpDriver, pkt *rc.Packet, wp *wire.Packet) {
+	if len(d.held) == cap(d.held) {
+		d.release(nil, wp)
+	}
+	d.held = append(d.held, heldPkt{q: q, pkt: *pkt})
+	d.held[len(d.held)-1].pkt.Payload = nil
+}
+
+// release queues the held packets of q (nil: all).
+func (d *device) release(q *qpDriver, wp *wire.Packet) {
+	s := &d.tx
+	kept := d.held[:0]
+	for i := range d.held {
+		h := &d.held[i]
+		if q != nil && h.q != q {
+			kept = append(kept, *h)
+			continue
+		}
+		if s.full() {
+			s.flush()
+		}
+		d.encode(h.q, &h.pkt, wp, s.bufs[s.nbuf][:0:maxDgram])
+	}
+	clear(d.held[len(kept):])
+	d.held = kept
+}
+
+// encode queues pkt for q's peer, encoded in buf, the transmit queue's
+// next buffer, with the ICRC for the IPv4 ID the datagram will leave with.
+func (d *device) encode(q *qpDriver, pkt *rc.Packet, wp *wire.Packet, buf []byte) {
+	s := &d.tx
+	n := len(pkt.Payload)
+	hl := ib.Opcode(pkt.Opcode).HeaderLen()
+	if n > 0 && hl != ib.BTHLen && unsafe.SliceData(pkt.Payload) == &buf[:cap(buf)][ib.BTHLen] {
+		// Move the payload to where this opcode's headers end. It fits:
+		// headers of packets with payload are at most 32 bytes.
+		if hl+n <= cap(buf) {
+			pkt.Payload = buf[hl : hl+n]
+			copy(pkt.Payload, buf[ib.BTHLen:ib.BTHLen+n])
+		}
+	}
+	size := hl + n + (-n & 3) + ib.ICRCLen
+	id := s.join(q.peer, size)
+	b, err := d.encodeID(q, pkt, wp, buf, id)
+	if err != nil {
+		d.ctrs.xmitDiscards.Add(1)
+		return
+	}
+	if got := s.push(q.peer, b); got != id {
+		// Not the size predicted (a bug, but keep the wire right).
+		_, _ = d.encodeID(q, pkt, wp, b[:0], got)
+	}
+}
+
+// encodeID encodes pkt with the ICRC computed for IPv4 ID id.
+func (d *device) encodeID(q *qpDriver, pkt *rc.Packet, wp *wire.Packet, buf []byte, id int) ([]byte, error) {
+	if id == 0 || d.tx.v6 {
+		return q.encode(pkt, wp, buf)
+	}
+	pre := d.idPrefixes(q.peer)
+	if pre == nil {
+		return q.encode(pkt, wp, buf)
+	}
+	saved := q.sendICRC
+	q.sendICRC = pre[id]
+	b, err := q.encode(pkt, wp, buf)
+	q.sendICRC = saved
+	return b, err
+}
