@@ -17,6 +17,7 @@ import (
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/internal/units"
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/flow"
 	"github.com/ibex-rdma/ibex/sim/packet"
 	"github.com/ibex-rdma/ibex/sim/topo"
@@ -267,15 +268,15 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 		if o.hier {
 			ew.printf("# hierarchical: ring reduce-scatter in each host, %s across hosts per rail, ring all-gather in each host\n", name)
 		}
-		lanes := fmt.Sprintf("%d VL(s), buffer %s/VL", orDefault(p.VLs, packet.Defaults.VLs), units.FormatBytes(int64(orDefault(p.Buffer, packet.Defaults.Buffer))))
-		if p.LinkLayer == packet.LinkRoCE {
-			lanes = fmt.Sprintf("RoCEv2, %d priorities, PFC Xoff %s, congestion control %v", orDefault(p.VLs, packet.Defaults.VLs),
-				units.FormatBytes(int64(orDefault(p.PFCXoff, packet.Defaults.PFCXoff))), p.CC)
+		lanes := fmt.Sprintf("%d VL(s), buffer %s/VL", orDefault(p.VLs, fabric.Defaults.VLs), units.FormatBytes(int64(orDefault(p.Buffer, fabric.Defaults.Buffer))))
+		if p.LinkLayer == fabric.LinkRoCE {
+			lanes = fmt.Sprintf("RoCEv2, %d priorities, PFC Xoff %s, congestion control %v", orDefault(p.VLs, fabric.Defaults.VLs),
+				units.FormatBytes(int64(orDefault(p.PFCXoff, fabric.Defaults.PFCXoff))), p.CC)
 		}
 		ew.printf("# %s over %d GPUs, %d channel(s), %s, %v routing, chunk %s, %d slots, %d QP(s)/connection, %s, seed %d\n",
 			name, ranks, nch, map[bool]string{true: "own NIC", false: "PXN"}[o.localNIC], p.Routing,
-			units.FormatBytes(int64(orDefault(p.Chunk, packet.Defaults.Chunk))), orDefault(p.Slots, packet.Defaults.Slots),
-			orDefault(p.QPsPerConn, packet.Defaults.QPsPerConn), lanes, o.seed)
+			units.FormatBytes(int64(orDefault(p.Chunk, fabric.Defaults.Chunk))), orDefault(p.Slots, fabric.Defaults.Slots),
+			orDefault(p.QPsPerConn, fabric.Defaults.QPsPerConn), lanes, o.seed)
 		for _, f := range fails[:linkFails] {
 			ew.printf("# link %s fails at %v\n", g.LinkName(f.Link), f.At)
 		}
@@ -291,13 +292,13 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 			ev, evs = "solves", "Msolve/s"
 		}
 		wait := "creditwait(us)"
-		if p.LinkLayer == packet.LinkRoCE {
+		if p.LinkLayer == fabric.LinkRoCE {
 			wait = "pause(us)"
 		}
 		ew.printf("# engine %s\n#\n# %12s %12s %12s %12s %12s %14s %12s %8s %8s\n", o.engine, "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/NIC", wait, ev, "wall(s)", evs)
 	}
 	var rows []simRow
-	var lastPorts []packet.PortStat
+	var lastPorts []fabric.PortStat
 	for size := lo; size <= hi; size *= o.factor {
 		var times []float64
 		for k := range o.seeds {
@@ -366,7 +367,7 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 					break
 				}
 				w := ps.Wait
-				if p.LinkLayer == packet.LinkRoCE {
+				if p.LinkLayer == fabric.LinkRoCE {
 					w = ps.PauseTime
 				}
 				row.Links = append(row.Links, link{Port: ps.Name, Tier: ps.Tier.String(), Bytes: ps.Bytes, Util: ps.Util,
@@ -398,7 +399,7 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	if o.top > 0 && len(lastPorts) > 0 {
 		ew.printf("#\n# hottest links (last size; busiest first; utilisation over the whole run)\n")
 		wait := "creditwait(us)"
-		if p.LinkLayer == packet.LinkRoCE {
+		if p.LinkLayer == fabric.LinkRoCE {
 			wait = "pause(us)"
 		}
 		ew.printf("# %-44s %-10s %12s %6s %14s\n", "port -> port", "tier", "bytes", "util", wait)
@@ -432,7 +433,7 @@ func peakRSS() int64 {
 
 // simOne runs one size with one seed on the chosen engine. trace says
 // whether this run writes the trace file.
-func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.PortStat, error) {
+func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []fabric.PortStat, error) {
 	row := simRow{Engine: o.engine, Bytes: cfg.Bytes, Routing: cfg.Params.Routing.String()}
 	switch o.engine {
 	case "packet":
@@ -456,7 +457,7 @@ func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []packet.Po
 		row.TimeUS = float64(res.Time) / float64(des.Microsecond) / float64(len(res.Iters))
 		row.AlgBW, row.BusBW = res.AlgBW/1e9, res.BusBW/1e9
 		row.WaitUS, row.MaxBuffer, row.Packets = float64(res.Wait)/float64(des.Microsecond), res.MaxBuffer, res.Packets
-		if cfg.Params.LinkLayer == packet.LinkRoCE {
+		if cfg.Params.LinkLayer == fabric.LinkRoCE {
 			row.WaitUS = float64(res.PauseTime) / float64(des.Microsecond)
 		}
 		row.PauseFrames, row.Drops, row.ECNMarks, row.CNPs, row.Lost = res.PauseFrames, res.Drops, res.ECNMarks, res.CNPs, res.LostPkts
@@ -544,22 +545,22 @@ func simSchedule(what, algoName string, ranks, pipeline int, seed uint64) (*algo
 	return s, fmt.Sprintf("%v %v", a, c), nil
 }
 
-func simParams(o simRunOptions) (packet.Params, error) {
-	p := packet.Params{VLs: o.vls, CreditUnit: o.creditUnit, Slots: o.slots, QPsPerConn: o.qps,
+func simParams(o simRunOptions) (fabric.Params, error) {
+	p := fabric.Params{VLs: o.vls, CreditUnit: o.creditUnit, Slots: o.slots, QPsPerConn: o.qps,
 		MsgOverhead:  des.Time(o.msgOverhead.Nanoseconds()) * des.Nanosecond,
 		NICLatency:   des.Time(o.nicLatency.Nanoseconds()) * des.Nanosecond,
 		RetryTimeout: des.Time(o.retry.Nanoseconds()) * des.Nanosecond}
 	var err error
-	if p.Routing, err = packet.ParseRouting(o.routing); err != nil {
+	if p.Routing, err = fabric.ParseRouting(o.routing); err != nil {
 		return p, fmt.Errorf("sim run: --routing: %w", err)
 	}
 	if o.linkLayer != "" {
-		if p.LinkLayer, err = packet.ParseLinkLayer(o.linkLayer); err != nil {
+		if p.LinkLayer, err = fabric.ParseLinkLayer(o.linkLayer); err != nil {
 			return p, fmt.Errorf("sim run: --link-layer: %w", err)
 		}
 	}
 	if o.cc != "" {
-		if p.CC, err = packet.ParseCongestionControl(o.cc); err != nil {
+		if p.CC, err = fabric.ParseCongestionControl(o.cc); err != nil {
 			return p, fmt.Errorf("sim run: --cc: %w", err)
 		}
 	}
@@ -605,8 +606,8 @@ func parseGPUList(s string, total int) ([]int32, error) {
 }
 
 // parseSwitchFailures reads --fail-switch values: NAME@TIME.
-func parseSwitchFailures(g *topo.Graph, specs []string) ([]packet.Failure, error) {
-	var out []packet.Failure
+func parseSwitchFailures(g *topo.Graph, specs []string) ([]fabric.Failure, error) {
+	var out []fabric.Failure
 	for _, s := range specs {
 		what, when, ok := strings.Cut(s, "@")
 		d, err := time.ParseDuration(when)
@@ -633,8 +634,8 @@ func parseSwitchFailures(g *topo.Graph, specs []string) ([]packet.Failure, error
 }
 
 // parseFailures reads --fail values: PORT@TIME or LINK@TIME.
-func parseFailures(g *topo.Graph, specs []string) ([]packet.Failure, error) {
-	var out []packet.Failure
+func parseFailures(g *topo.Graph, specs []string) ([]fabric.Failure, error) {
+	var out []fabric.Failure
 	var byName map[string]topo.PortID
 	for _, s := range specs {
 		what, when, ok := strings.Cut(s, "@")
@@ -666,7 +667,7 @@ func parseFailures(g *topo.Graph, specs []string) ([]packet.Failure, error) {
 				return nil, fmt.Errorf("sim run: --fail %q: port %s has no cable", s, what)
 			}
 		}
-		out = append(out, packet.Failure{At: des.Time(d.Nanoseconds()) * des.Nanosecond, Link: l})
+		out = append(out, fabric.Failure{At: des.Time(d.Nanoseconds()) * des.Nanosecond, Link: l})
 	}
 	return out, nil
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
-	"github.com/ibex-rdma/ibex/sim/packet"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/place"
 	"github.com/ibex-rdma/ibex/sim/route"
 	"github.com/ibex-rdma/ibex/sim/topo"
@@ -30,14 +30,14 @@ type Phase struct {
 type Config struct {
 	Graph  *topo.Graph
 	Router *route.Router
-	// Params are the packet engine's: rates come from the graph, and the
+	// Params are sim/packet's too: rates come from the graph, and the
 	// flow engine uses the headers, message size and overhead, NIC and
 	// NVLink figures and the routing policy, so that the two agree.
-	Params   packet.Params
+	Params   fabric.Params
 	Seed     uint64
 	Phases   []Phase
 	LocalNIC bool
-	Failures []packet.Failure
+	Failures []fabric.Failure
 	// Name and Collective, Ranks and Bytes describe the whole operation for
 	// its algbw and busbw (default: the single phase's).
 	Name       string
@@ -66,7 +66,7 @@ type Result struct {
 	Solves       int64 // max-min solves
 	Reused       int64 // steps whose solution was reused
 	Flows        int64 // flows over all steps, reused ones included
-	Ports        []packet.PortStat
+	Ports        []fabric.PortStat
 	// Iters is when each iteration ended; AlgBW and BusBW are per
 	// iteration (Time / Iterations).
 	Iters []des.Time
@@ -80,7 +80,7 @@ type engine struct {
 	cfg  Config
 	g    *topo.Graph
 	r    *route.Router
-	p    packet.Params
+	p    fabric.Params
 	gpn  int
 	nic0 topo.NodeID
 	lat  des.Time // switch
@@ -103,7 +103,7 @@ type engine struct {
 	stepB   []float64 // per resource: bytes carried in this step
 	touched []int32   // resources with stepB != 0
 	scratch []int32
-	fail    []packet.Failure
+	fail    []fabric.Failure
 	now     des.Time
 	res     Result
 	phaseNo uint64 // phases begun, part of the reuse key
@@ -173,9 +173,9 @@ func newEngine(cfg Config) (*engine, error) {
 	case cfg.Iterations < 0 || cfg.Iterations > 1<<20:
 		return bad("iterations %d: want 1 to %d (0: 1)", cfg.Iterations, 1<<20)
 	}
-	p, err := packet.CheckParams(cfg.Params)
+	p, err := fabric.CheckParams(cfg.Params)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("flow: %w", err)
 	}
 	r := cfg.Router
 	if r == nil {
@@ -498,9 +498,9 @@ func (e *engine) addFlow(a, d int32, b int64, qp uint32, plane int) error {
 // route is the path from NIC src to NIC dst under the routing policy.
 func (e *engine) route(src, dst topo.NodeID, qp uint32, buf []topo.PortID) ([]topo.PortID, error) {
 	switch e.p.Routing {
-	case packet.RouteDModK:
+	case fabric.RouteDModK:
 		return e.r.Path(src, dst, route.PolicyDModK, 0, buf)
-	case packet.RouteECMP:
+	case fabric.RouteECMP:
 		return e.r.Path(src, dst, route.PolicyECMP, route.FlowHash(src, dst, qp^e.salt), buf)
 	}
 	// Adaptive: at each hop the eligible port with the fewest flows so far
@@ -686,7 +686,7 @@ func (e *engine) finish(wall time.Duration) {
 			continue
 		}
 		gp := &e.g.Ports[p]
-		ps := packet.PortStat{Port: topo.PortID(p), Name: e.g.PortName(topo.PortID(p)) + " -> " + e.g.PortName(gp.Peer),
+		ps := fabric.PortStat{Port: topo.PortID(p), Name: e.g.PortName(topo.PortID(p)) + " -> " + e.g.PortName(gp.Peer),
 			Tier: e.g.Links[gp.Link].Tier, Bytes: int64(math.Round(e.bytes[p])), Failed: e.r.Dead(gp.Link)}
 		if e.now > 0 {
 			ps.Util = e.bytes[p] / e.capacity[p] / e.now.Seconds()

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
-	"github.com/ibex-rdma/ibex/sim/packet"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
 
@@ -77,7 +77,7 @@ func TestHierarchical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := packet.CheckParams(packet.Params{})
+	p, _ := fabric.CheckParams(fabric.Params{})
 	var nicPayload float64
 	for _, ps := range res.Ports {
 		if ps.Tier == topo.LinkHostLeaf && g.Nodes[g.Ports[ps.Port].Node].Kind == topo.KindNIC {
@@ -138,7 +138,7 @@ func TestFailureFlow(t *testing.T) {
 		t.Fatal("no leaf-spine traffic")
 	}
 	hit, err := Run(Config{Graph: g, Phases: []Phase{{Schedule: s, Bytes: 64 << 20}},
-		Failures: []packet.Failure{{At: base.Time / 3, Link: l}}})
+		Failures: []fabric.Failure{{At: base.Time / 3, Link: l}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestFailureFlow(t *testing.T) {
 	}
 	// A NIC's only cable fails: its rank cannot be reached.
 	nicLink := g.Ports[g.Nodes[g.NIC(3, 0)].FirstPort].Link
-	_, err = Run(Config{Graph: g, Phases: []Phase{{Schedule: s, Bytes: 64 << 20}}, Failures: []packet.Failure{{At: des.Microsecond, Link: nicLink}}})
+	_, err = Run(Config{Graph: g, Phases: []Phase{{Schedule: s, Bytes: 64 << 20}}, Failures: []fabric.Failure{{At: des.Microsecond, Link: nicLink}}})
 	if err == nil || !strings.Contains(err.Error(), "no route") {
 		t.Errorf("NIC cut off: %v, want a no-route error", err)
 	}
@@ -170,8 +170,8 @@ func TestFlowConfigErrors(t *testing.T) {
 		{Config{Graph: g}, "no phases"},
 		{Config{Graph: g, Phases: []Phase{{}}}, "no schedule"},
 		{Config{Graph: g, Phases: []Phase{{Schedule: s, Groups: [][]int32{{0, 1}}}}}, "2 GPUs given for 8 ranks"},
-		{Config{Graph: g, Phases: []Phase{{Schedule: s}}, Failures: []packet.Failure{{Link: 99999}}}, "failure of link 99999"},
-		{Config{Graph: g, Phases: []Phase{{Schedule: s}}, Params: packet.Params{VLs: 9}}, "VLs 9"},
+		{Config{Graph: g, Phases: []Phase{{Schedule: s}}, Failures: []fabric.Failure{{Link: 99999}}}, "failure of link 99999"},
+		{Config{Graph: g, Phases: []Phase{{Schedule: s}}, Params: fabric.Params{VLs: 9}}, "VLs 9"},
 	} {
 		_, err := Run(c.cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -6,21 +6,21 @@ import (
 	"sort"
 
 	"github.com/ibex-rdma/ibex/sim/des"
-	"github.com/ibex-rdma/ibex/sim/packet"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
 
 // SwitchFailure fails every link of switch sw at time at: a switch going
 // down is all its cables going down at once.
-func SwitchFailure(g *topo.Graph, sw topo.NodeID, at des.Time) ([]packet.Failure, error) {
+func SwitchFailure(g *topo.Graph, sw topo.NodeID, at des.Time) ([]fabric.Failure, error) {
 	if sw < 0 || int(sw) >= len(g.Nodes) || g.Nodes[sw].Kind != topo.KindSwitch {
 		return nil, fmt.Errorf("flow: %w: %s is not a switch", ErrConfig, g.NodeName(sw))
 	}
 	n := &g.Nodes[sw]
-	var out []packet.Failure
+	var out []fabric.Failure
 	for p := n.FirstPort; p < n.FirstPort+topo.PortID(n.NumPorts); p++ {
 		if l := g.Ports[p].Link; l != topo.NoLink {
-			out = append(out, packet.Failure{At: at, Link: l})
+			out = append(out, fabric.Failure{At: at, Link: l})
 		}
 	}
 	return out, nil
@@ -30,7 +30,7 @@ func SwitchFailure(g *topo.Graph, sw topo.NodeID, at des.Time) ([]packet.Failure
 // loss routing can work around) and failure times uniform in [0, window),
 // from seed: the same seed draws the same failures. They are sorted by
 // time.
-func RandomFailures(g *topo.Graph, n int, window des.Time, seed uint64) ([]packet.Failure, error) {
+func RandomFailures(g *topo.Graph, n int, window des.Time, seed uint64) ([]fabric.Failure, error) {
 	var cand []topo.LinkID
 	for l := range g.Links {
 		if t := g.Links[l].Tier; t == topo.LinkLeafSpine || t == topo.LinkSpineCore {
@@ -45,9 +45,9 @@ func RandomFailures(g *topo.Graph, n int, window des.Time, seed uint64) ([]packe
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x6661696c))
 	rng.Shuffle(len(cand), func(i, j int) { cand[i], cand[j] = cand[j], cand[i] })
-	out := make([]packet.Failure, n)
+	out := make([]fabric.Failure, n)
 	for i := range out {
-		out[i] = packet.Failure{At: des.Time(rng.Int64N(int64(window))), Link: cand[i]}
+		out[i] = fabric.Failure{At: des.Time(rng.Int64N(int64(window))), Link: cand[i]}
 	}
 	sort.SliceStable(out, func(a, b int) bool { return out[a].At < out[b].At })
 	return out, nil

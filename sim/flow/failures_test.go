@@ -5,7 +5,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
-	"github.com/ibex-rdma/ibex/sim/packet"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
 
@@ -72,16 +72,16 @@ func TestFailureHits(t *testing.T) {
 	g := superpod(t, 2)
 	s := shift(512, 256)
 	_ = algo.Ring
-	run := func(r packet.Routing, fails []packet.Failure) *Result {
-		res, err := Run(Config{Graph: g, Params: packet.Params{Routing: r}, Phases: []Phase{{Schedule: s, Bytes: 256 << 20}},
+	run := func(r fabric.Routing, fails []fabric.Failure) *Result {
+		res, err := Run(Config{Graph: g, Params: fabric.Params{Routing: r}, Phases: []Phase{{Schedule: s, Bytes: 256 << 20}},
 			Iterations: 4, Failures: fails})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
-	slow := map[packet.Routing]float64{}
-	for _, r := range []packet.Routing{packet.RouteDModK, packet.RouteAdaptive} {
+	slow := map[fabric.Routing]float64{}
+	for _, r := range []fabric.Routing{fabric.RouteDModK, fabric.RouteAdaptive} {
 		base := run(r, nil)
 		if len(base.Iters) != 4 {
 			t.Fatalf("%d iteration ends, want 4", len(base.Iters))
@@ -104,7 +104,7 @@ func TestFailureHits(t *testing.T) {
 		}
 		slow[r] = h.Slowdown
 	}
-	if slow[packet.RouteAdaptive] > slow[packet.RouteDModK]+1e-9 {
-		t.Errorf("adaptive routing lost %.2f%%, D-mod-k %.2f%%", 100*slow[packet.RouteAdaptive], 100*slow[packet.RouteDModK])
+	if slow[fabric.RouteAdaptive] > slow[fabric.RouteDModK]+1e-9 {
+		t.Errorf("adaptive routing lost %.2f%%, D-mod-k %.2f%%", 100*slow[fabric.RouteAdaptive], 100*slow[fabric.RouteDModK])
 	}
 }

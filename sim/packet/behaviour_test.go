@@ -16,6 +16,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/route"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
@@ -146,7 +147,7 @@ func scheduleTraffic(s *algo.Schedule, bytes int64, esize, nch, gpn, mtu, chunk 
 
 // nicWireBytes sums the bytes that NICs sent and the bytes that switches
 // sent into NICs.
-func nicWireBytes(g *topo.Graph, ports []PortStat) (sent, received int64) {
+func nicWireBytes(g *topo.Graph, ports []fabric.PortStat) (sent, received int64) {
 	for _, p := range ports {
 		if g.Nodes[g.Ports[p.Port].Node].Kind == topo.KindNIC {
 			sent += p.Bytes
@@ -165,7 +166,7 @@ func nicWireBytes(g *topo.Graph, ports []PortStat) (sent, received int64) {
 // the run, and the run took time if and only if it moved bytes.
 func checkConservation(t *testing.T, g *topo.Graph, cfg Config, res *Result) {
 	t.Helper()
-	p, err := cfg.Params.withDefaults()
+	p, err := fabric.CheckParams(cfg.Params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestCollectivesComplete(t *testing.T) {
 		channels int
 		localNIC bool
 		esize    int
-		params   Params
+		params   fabric.Params
 	}
 	places := []place{
 		{name: "superpod-1host", g: sp, ranks: 8},
@@ -235,7 +236,7 @@ func TestCollectivesComplete(t *testing.T) {
 		// of one connection overtake each other), messages that end in a
 		// short packet, two slots.
 		{name: "fattree4-qps-adaptive", g: ft, ranks: 8, channels: 2,
-			params: Params{QPsPerConn: 3, VLs: 2, Routing: RouteAdaptive, Chunk: 20000, Slots: 2}},
+			params: fabric.Params{QPsPerConn: 3, VLs: 2, Routing: fabric.RouteAdaptive, Chunk: 20000, Slots: 2}},
 	}
 	routers := map[*topo.Graph]*route.Router{}
 	for _, g := range []*topo.Graph{sp, ft} {
@@ -365,18 +366,18 @@ func TestInvariantsUnderCongestion(t *testing.T) {
 		name    string
 		g       *topo.Graph
 		gpus    []int32
-		p       Params
+		p       fabric.Params
 		minUtil float64
 	}{
-		{"superpod", sp, spGPUs, Params{Buffer: buf}, 0.95},
-		{"superpod-2vl", sp, spGPUs, Params{Buffer: buf, VLs: 2}, 0.95},
-		{"fattree8-adaptive", ft, nil, Params{Buffer: buf, Routing: RouteAdaptive}, 0.9},
-		{"fattree8-adaptive-2vl", ft, nil, Params{Buffer: buf, VLs: 2, Routing: RouteAdaptive}, 0.9},
+		{"superpod", sp, spGPUs, fabric.Params{Buffer: buf}, 0.95},
+		{"superpod-2vl", sp, spGPUs, fabric.Params{Buffer: buf, VLs: 2}, 0.95},
+		{"fattree8-adaptive", ft, nil, fabric.Params{Buffer: buf, Routing: fabric.RouteAdaptive}, 0.9},
+		{"fattree8-adaptive-2vl", ft, nil, fabric.Params{Buffer: buf, VLs: 2, Routing: fabric.RouteAdaptive}, 0.9},
 		// D-mod-k sends the 5 remote flows through one spine, whose one
 		// input buffer at host 0's leaf turns over once per 20 m credit
 		// loop: the last hop cannot be kept full, whatever the invariants.
-		{"fattree8-dmodk", ft, nil, Params{Buffer: buf}, 0},
-		{"fattree8-dmodk-2vl", ft, nil, Params{Buffer: buf, VLs: 2}, 0},
+		{"fattree8-dmodk", ft, nil, fabric.Params{Buffer: buf}, 0},
+		{"fattree8-dmodk-2vl", ft, nil, fabric.Params{Buffer: buf, VLs: 2}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Graph: tc.g, Schedule: s, Bytes: 1 << 20, GPUs: tc.gpus, Params: tc.p}
@@ -414,11 +415,11 @@ func TestInvariantsUnderCongestion(t *testing.T) {
 		g := sp
 		bot := lastHop(g, 0, 0)
 		link := &g.Links[g.Ports[bot].Link]
-		ser := float64(4096+Defaults.HeaderBytes) * 8 / float64(link.Rate) * 1e9
-		rtt := 2 * float64(link.Length) * Defaults.PropNsPerM
+		ser := float64(4096+fabric.Defaults.HeaderBytes) * 8 / float64(link.Rate) * 1e9
+		rtt := 2 * float64(link.Length) * fabric.Defaults.PropNsPerM
 		bound := ser / (ser + rtt)
 		for _, vls := range []int{1, 2} {
-			cfg := Config{Graph: g, Schedule: s, Bytes: 1 << 20, GPUs: spGPUs, Params: Params{Buffer: fullPktCredits * 64, VLs: vls}}
+			cfg := Config{Graph: g, Schedule: s, Bytes: 1 << 20, GPUs: spGPUs, Params: fabric.Params{Buffer: fullPktCredits * 64, VLs: vls}}
 			_, res := runWithInvariants(t, cfg)
 			var util float64
 			for _, ps := range res.Ports {
@@ -455,15 +456,15 @@ func TestDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(seed uint64, r Routing) *Result {
+	run := func(seed uint64, r fabric.Routing) *Result {
 		t.Helper()
-		res, err := Run(Config{Graph: g, Schedule: s, Bytes: 256 << 10, Seed: seed, Params: Params{Routing: r}})
+		res, err := Run(Config{Graph: g, Schedule: s, Bytes: 256 << 10, Seed: seed, Params: fabric.Params{Routing: r}})
 		if err != nil {
 			t.Fatalf("seed %d %v: %v", seed, r, err)
 		}
 		return res
 	}
-	for _, r := range []Routing{RouteECMP, RouteAdaptive} {
+	for _, r := range []fabric.Routing{fabric.RouteECMP, fabric.RouteAdaptive} {
 		a, b := run(1, r), run(1, r)
 		if a.Time != b.Time || a.Events != b.Events || a.Packets != b.Packets || a.Wait != b.Wait || a.MaxBuffer != b.MaxBuffer {
 			t.Errorf("%v, seed 1 twice: time %v/%v events %d/%d packets %d/%d wait %v/%v max buffer %d/%d",
@@ -475,12 +476,12 @@ func TestDeterministic(t *testing.T) {
 	}
 	// A trace only watches: the same run with one written.
 	var trace bytes.Buffer
-	traced, err := Run(Config{Graph: g, Schedule: s, Bytes: 256 << 10, Seed: 1, Params: Params{Routing: RouteECMP},
+	traced, err := Run(Config{Graph: g, Schedule: s, Bytes: 256 << 10, Seed: 1, Params: fabric.Params{Routing: fabric.RouteECMP},
 		Trace: &trace, TraceInterval: des.Microsecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := run(1, RouteECMP)
+	plain := run(1, fabric.RouteECMP)
 	if traced.Time != plain.Time || traced.Packets != plain.Packets || !slices.Equal(traced.Ports, plain.Ports) {
 		t.Errorf("with a trace: time %v, %d packets; without: %v, %d (or the ports differ)", traced.Time, traced.Packets, plain.Time, plain.Packets)
 	}
@@ -488,11 +489,11 @@ func TestDeterministic(t *testing.T) {
 		t.Errorf("the trace (%d bytes) is not a JSON trace", trace.Len())
 	}
 
-	base := run(1, RouteECMP)
+	base := run(1, fabric.RouteECMP)
 	t.Logf("permutation seed %d; ECMP seed 1: time %v, %d ports sent", patSeed, base.Time, len(base.Ports))
 	differ := 0
 	for seed := uint64(2); seed <= 5; seed++ {
-		res := run(seed, RouteECMP)
+		res := run(seed, fabric.RouteECMP)
 		if res.Payload != base.Payload || res.Packets != base.Packets {
 			t.Errorf("seed %d: %d bytes in %d packets; seed 1: %d in %d (the schedule is the same)", seed, res.Payload, res.Packets, base.Payload, base.Packets)
 		}
@@ -591,9 +592,9 @@ func TestFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Through Config.Failures, halfway through a ring all-reduce.
-	for _, r := range []Routing{RouteDModK, RouteECMP} {
+	for _, r := range []fabric.Routing{fabric.RouteDModK, fabric.RouteECMP} {
 		t.Run("ring-"+r.String(), func(t *testing.T) {
-			cfg := Config{Graph: g, Schedule: s, Bytes: 2 << 20, GPUs: failRing, Params: Params{Routing: r}, Seed: 3}
+			cfg := Config{Graph: g, Schedule: s, Bytes: 2 << 20, GPUs: failRing, Params: fabric.Params{Routing: r}, Seed: 3}
 			base, err := Run(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -602,13 +603,13 @@ func TestFailure(t *testing.T) {
 			up := g.Links[link].A
 			t.Logf("baseline %v; failing %s, which carried %d bytes up", base.Time, g.LinkName(link), before)
 			fc := cfg
-			fc.Failures = []Failure{{At: base.Time / 2, Link: link}}
+			fc.Failures = []fabric.Failure{{At: base.Time / 2, Link: link}}
 			res, err := Run(fc)
 			if err != nil {
 				t.Fatalf("failing %s at %v: %v", g.LinkName(link), base.Time/2, err)
 			}
 			checkConservation(t, g, fc, res)
-			var st *PortStat
+			var st *fabric.PortStat
 			for i := range res.Ports {
 				if res.Ports[i].Port == up {
 					st = &res.Ports[i]
@@ -666,7 +667,7 @@ func TestFailure(t *testing.T) {
 		}
 		nic := g.NIC(int(failRing[5]), 0)
 		link := g.Ports[g.Nodes[nic].FirstPort].Link
-		cfg.Failures = []Failure{{At: base.Time / 2, Link: link}}
+		cfg.Failures = []fabric.Failure{{At: base.Time / 2, Link: link}}
 		_, err = Run(cfg)
 		if !errors.Is(err, route.ErrUnreachable) {
 			t.Fatalf("failing %s mid-run: %v; want an error wrapping route.ErrUnreachable", g.LinkName(link), err)
@@ -704,9 +705,9 @@ func TestFailureDownlink(t *testing.T) {
 		t.Errorf("failing %s with %d packets queued lost none", g.LinkName(g.Ports[down].Link), queued)
 	}
 	t.Logf("failing %s at %v with %d packets queued: %d packets lost and resent after %v; done at %v (%v without the failure)",
-		g.LinkName(g.Ports[down].Link), at, queued, res.LostPkts, Defaults.RetryTimeout, res.Time, base.Time)
-	if res.Time < at+Defaults.RetryTimeout {
-		t.Errorf("done at %v, before the retry timeout after the failure (%v)", res.Time, at+Defaults.RetryTimeout)
+		g.LinkName(g.Ports[down].Link), at, queued, res.LostPkts, fabric.Defaults.RetryTimeout, res.Time, base.Time)
+	if res.Time < at+fabric.Defaults.RetryTimeout {
+		t.Errorf("done at %v, before the retry timeout after the failure (%v)", res.Time, at+fabric.Defaults.RetryTimeout)
 	}
 	checkConservation(t, g, cfg, res)
 }
@@ -740,7 +741,7 @@ func TestVLArbitration(t *testing.T) {
 	const t1, t2 = 10 * des.Microsecond, 40 * des.Microsecond
 	for _, w := range [][]int{{3, 1}, {1, 1}, {1, 3}, {5, 2}} {
 		t.Run(fmt.Sprint(w), func(t *testing.T) {
-			cfg := Config{Graph: g, Schedule: s, Bytes: size, GPUs: gpus, Params: Params{VLs: 2, VLWeights: w}}
+			cfg := Config{Graph: g, Schedule: s, Bytes: size, GPUs: gpus, Params: fabric.Params{VLs: 2, VLWeights: w}}
 			m, err := build(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -797,7 +798,7 @@ func TestVLArbitration(t *testing.T) {
 				t.Errorf("VL 0 : VL 1 = %d : %d = %.3f; want %.3f (weights %v)", d0, d1, got, want, w)
 			}
 			// Every packet time of the window went to one of the two.
-			ser := float64(4096+Defaults.HeaderBytes) * 8 / 400e9 * float64(des.Second)
+			ser := float64(4096+fabric.Defaults.HeaderBytes) * 8 / 400e9 * float64(des.Second)
 			if full := float64(t2-t1) / ser; float64(d0+d1) < 0.97*full {
 				t.Errorf("%d packets in %v; the hop carries %.0f", d0+d1, t2-t1, full)
 			}
@@ -824,8 +825,8 @@ func TestAdaptiveBeatsECMP(t *testing.T) {
 			t.Fatal(err)
 		}
 		var tm [2]des.Time
-		for i, r := range []Routing{RouteECMP, RouteAdaptive} {
-			cfg := Config{Graph: g, Schedule: s, Bytes: 512 << 10, Seed: seed, Params: Params{Routing: r}}
+		for i, r := range []fabric.Routing{fabric.RouteECMP, fabric.RouteAdaptive} {
+			cfg := Config{Graph: g, Schedule: s, Bytes: 512 << 10, Seed: seed, Params: fabric.Params{Routing: r}}
 			res, err := Run(cfg)
 			if err != nil {
 				t.Fatalf("seed %d %v: %v", seed, r, err)
@@ -886,8 +887,8 @@ func TestConfigErrors(t *testing.T) {
 		{"GPU out of range", with(func(c *Config) { c.GPUs = []int32{0, 1, 2, 8} }), "GPU 8", true},
 		{"negative GPU", with(func(c *Config) { c.GPUs = []int32{0, -1, 2, 3} }), "GPU -1", true},
 		{"host not contiguous", with(func(c *Config) { c.Graph, c.GPUs = sp, []int32{0, 8, 1, 9} }), "contiguous", true},
-		{"failure link", with(func(c *Config) { c.Failures = []Failure{{At: 1, Link: topo.LinkID(len(ft.Links))}} }), "failure of link", true},
-		{"failure time", with(func(c *Config) { c.Failures = []Failure{{At: -1, Link: 0}} }), "want a time >= 0", true},
+		{"failure link", with(func(c *Config) { c.Failures = []fabric.Failure{{At: 1, Link: topo.LinkID(len(ft.Links))}} }), "failure of link", true},
+		{"failure time", with(func(c *Config) { c.Failures = []fabric.Failure{{At: -1, Link: 0}} }), "want a time >= 0", true},
 		{"unmatched schedule", with(func(c *Config) { c.Schedule = unmatched }), "do not match", true},
 		// Params: the message names the field; whether they wrap
 		// ErrConfig is TestParamsErrorsWrapErrConfig's.
@@ -929,30 +930,28 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// TestParamsErrorsWrapErrConfig: ErrConfig "is wrapped by errors about a
-// Config", and Params is part of the Config, but Params.withDefaults
-// (params.go) and newNet's buffer check (net.go) return plain errors, so a
-// caller cannot tell a bad Params from a failed run with errors.Is.
+// TestParamsErrorsWrapErrConfig: ErrConfig is wrapped by errors about a
+// Config, and Params is part of the Config: fabric.CheckParams' errors and
+// newNet's buffer check (net.go) wrap it too, so that a caller can tell a
+// bad Params from a failed run with errors.Is.
 func TestParamsErrorsWrapErrConfig(t *testing.T) {
 	g := fatTreeK(t, 4)
 	s, err := algo.Generate(algo.AllReduce, algo.Ring, 4, 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []Params{{VLs: 9}, {Buffer: 4096}, {Chunk: -1}, {Routing: 3}, {VLs: 2, VLWeights: []int{1}}} {
+	for _, p := range []fabric.Params{{VLs: 9}, {Buffer: 4096}, {Chunk: -1}, {Routing: 3}, {VLs: 2, VLWeights: []int{1}}} {
 		if _, err := Run(Config{Graph: g, Schedule: s, Bytes: 1 << 16, Params: p}); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v: %v; want an error wrapping ErrConfig", p, err)
 		}
 	}
 }
 
-// TestParamsOutOfRange: values withDefaults lets through that break the
-// run. A propagation delay that is not a finite number passes (it checks
-// only PropNsPerM < 0, false for NaN) and turns into a cable delay of
-// math.MinInt64 ps: the engine schedules an event in the past and des
-// panics instead of Run returning an error. A buffer of 2^38 + 8320 bytes
-// passes too, and newNet's int32(p.Buffer / p.CreditUnit) wraps it to 130
-// credits: the run silently uses an 8320-byte buffer.
+// TestParamsOutOfRange: values that would break the run are refused by
+// name. A propagation delay that is not a finite number would turn into a
+// cable delay of math.MinInt64 ps (an event in the past: des panics); a
+// buffer of 2^38 + 8320 bytes would wrap newNet's int32 credit count to
+// 130 (a silent 8320-byte buffer). fabric.CheckParams bounds both.
 func TestParamsOutOfRange(t *testing.T) {
 	g := fatTreeK(t, 4)
 	s, err := algo.Generate(algo.AllReduce, algo.Ring, 4, 0, 1)
@@ -960,13 +959,13 @@ func TestParamsOutOfRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		p    Params
+		p    fabric.Params
 		want string
 	}{
-		{Params{PropNsPerM: math.NaN()}, "propagation"},
-		{Params{PropNsPerM: math.Inf(1)}, "propagation"},
-		{Params{PropNsPerM: 1e300}, "propagation"},
-		{Params{Buffer: 1<<38 + 2*fullPktCredits*64}, "buffer"},
+		{fabric.Params{PropNsPerM: math.NaN()}, "propagation"},
+		{fabric.Params{PropNsPerM: math.Inf(1)}, "propagation"},
+		{fabric.Params{PropNsPerM: 1e300}, "propagation"},
+		{fabric.Params{Buffer: 1<<38 + 2*fullPktCredits*64}, "buffer"},
 	} {
 		func() {
 			defer func() {
@@ -1138,8 +1137,8 @@ func TestPatterns(t *testing.T) {
 	if _, err := ParsePattern("shuffle"); err == nil {
 		t.Error(`ParsePattern("shuffle"): no error`)
 	}
-	for _, r := range []Routing{RouteDModK, RouteECMP, RouteAdaptive} {
-		if q, err := ParseRouting(r.String()); err != nil || q != r {
+	for _, r := range []fabric.Routing{fabric.RouteDModK, fabric.RouteECMP, fabric.RouteAdaptive} {
+		if q, err := fabric.ParseRouting(r.String()); err != nil || q != r {
 			t.Errorf("ParseRouting(%q) = %v, %v", r.String(), q, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/route"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
@@ -98,7 +99,7 @@ type packet struct {
 type Net struct {
 	g   *topo.Graph
 	r   *route.Router
-	p   Params
+	p   fabric.Params
 	sim *des.Sim
 	w   *work
 
@@ -184,12 +185,12 @@ type qp struct {
 type retx struct{ chunk, payload int32 }
 
 // newNet builds the fabric state for g.
-func newNet(g *topo.Graph, r *route.Router, p Params, sim *des.Sim) (*Net, error) {
+func newNet(g *topo.Graph, r *route.Router, p fabric.Params, sim *des.Sim) (*Net, error) {
 	n := &Net{g: g, r: r, p: p, sim: sim, nv: p.VLs, lat: des.Time(g.SwitchLatency.Nanoseconds()) * des.Nanosecond,
 		nic0: topo.NodeID(g.NumHosts)}
 	pkt := g.MTU + p.HeaderBytes + p.FirstBytes
 	n.cap = int32(p.Buffer / p.CreditUnit)
-	if p.LinkLayer == LinkIB && int(n.cap)*p.CreditUnit < pkt {
+	if p.LinkLayer == fabric.LinkIB && int(n.cap)*p.CreditUnit < pkt {
 		return nil, fmt.Errorf("packet: %w: buffer %d bytes per VL holds %d credits of %d bytes, less than one %d-byte packet (MTU %d and headers): the link could never send",
 			ErrConfig, p.Buffer, n.cap, p.CreditUnit, pkt, g.MTU)
 	}
@@ -234,7 +235,7 @@ func newNet(g *topo.Graph, r *route.Router, p Params, sim *des.Sim) (*Net, error
 		n.nics[i].port = g.Nodes[n.nic0+topo.NodeID(i)].FirstPort
 	}
 	n.load = n.portLoad
-	if p.LinkLayer == LinkRoCE {
+	if p.LinkLayer == fabric.LinkRoCE {
 		if err := n.initRoCE(); err != nil {
 			return nil, err
 		}
@@ -498,9 +499,9 @@ func (n *Net) arrive(id int32, in topo.PortID) {
 // routing policy, or NoPort.
 func (n *Net) route(node topo.NodeID, pk *packet) topo.PortID {
 	switch n.p.Routing {
-	case RouteDModK:
+	case fabric.RouteDModK:
 		return n.r.DModK(node, pk.dst)
-	case RouteECMP:
+	case fabric.RouteECMP:
 		return n.r.ECMP(node, pk.dst, n.qps[pk.qp].hash)
 	}
 	return n.r.Adaptive(node, pk.dst, n.load)

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
 
@@ -34,10 +35,14 @@ import (
 // usual sum, 2 × cable × rate + 2 max frames + a PFC frame, is the same
 // with frames taken in byte by byte and no switch latency.)
 
+// pauseWire is a PFC frame on the wire: the minimum Ethernet frame (64
+// bytes with FCS) plus preamble, delimiter and inter-frame gap.
+const pauseWire = 64 + 8 + 12
+
 // initRoCE sets up PFC state and each switch port's buffer.
 func (n *Net) initRoCE() error {
 	n.roce = true
-	n.dcqcn = n.p.CC == CCDCQCN
+	n.dcqcn = n.p.CC == fabric.CCDCQCN
 	np := len(n.ports)
 	n.pcap = make([]int32, np)
 	n.xoff = make([]bool, np*n.nv)

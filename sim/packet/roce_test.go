@@ -10,6 +10,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/route"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
@@ -25,7 +26,7 @@ import (
 // the NIC puts exactly those bytes on the wire.
 func TestRoCEAlphaBeta(t *testing.T) {
 	g := superpod(t, 2, "NDR")
-	p, err := Params{LinkLayer: LinkRoCE}.withDefaults()
+	p, err := fabric.CheckParams(fabric.Params{LinkLayer: fabric.LinkRoCE})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func TestRoCEAlphaBeta(t *testing.T) {
 	src, dst := g.NIC(0, 0), g.NIC(32, 0) // host 0 and host 32 (second SU): leaf, spine, leaf
 	hops := pathHops(t, g, rt, p, src, dst)
 	for _, b := range []int64{4096, 100_000, 3<<20 + 7, 16 << 20} {
-		cfg := Config{Graph: g, Schedule: oneSend(), Bytes: b, ElemSize: 1, GPUs: []int32{0, 32 * 8}, Channels: 1, Params: Params{LinkLayer: LinkRoCE}}
+		cfg := Config{Graph: g, Schedule: oneSend(), Bytes: b, ElemSize: 1, GPUs: []int32{0, 32 * 8}, Channels: 1, Params: fabric.Params{LinkLayer: fabric.LinkRoCE}}
 		res, err := Run(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -97,13 +98,13 @@ func remotePath(t *testing.T, g *topo.Graph) []topo.PortID {
 	return path
 }
 
-func portStat(res *Result, p topo.PortID) PortStat {
+func portStat(res *Result, p topo.PortID) fabric.PortStat {
 	for _, ps := range res.Ports {
 		if ps.Port == p {
 			return ps
 		}
 	}
-	return PortStat{Port: p}
+	return fabric.PortStat{Port: p}
 }
 
 // TestPFCLossless: the incast runs RoCE with PFC alone and the headroom
@@ -114,13 +115,13 @@ func portStat(res *Result, p topo.PortID) PortStat {
 // output, pauses leaf 1's uplink.
 func TestPFCLossless(t *testing.T) {
 	g, cfg := incastTree(t)
-	cfg.Params = Params{LinkLayer: LinkRoCE, CC: CCNone}
+	cfg.Params = fabric.Params{LinkLayer: fabric.LinkRoCE, CC: fabric.CCNone}
 	m, res := runWithInvariants(t, cfg)
 	checkConservation(t, g, cfg, res)
 	path := remotePath(t, g)
 	up, down := path[1], path[2] // leaf1 -> S, S -> leaf0
 	t.Logf("time %v, pause %v in all, %d PAUSE frames, %d drops, fullest buffer %d B (Xoff %d)",
-		res.Time, res.PauseTime, res.PauseFrames, res.Drops, res.MaxBuffer, Defaults.PFCXoff)
+		res.Time, res.PauseTime, res.PauseFrames, res.Drops, res.MaxBuffer, fabric.Defaults.PFCXoff)
 	for _, p := range path[1:3] {
 		ps := portStat(res, p)
 		t.Logf("%s: %d B, paused %v, queue up to %d B; its peer sent %d PAUSE frames", ps.Name, ps.Bytes, ps.PauseTime, ps.MaxQueue, portStat(res, g.Ports[p].Peer).PauseFrames)
@@ -132,8 +133,8 @@ func TestPFCLossless(t *testing.T) {
 	for _, c := range m.n.pcap {
 		maxCap = max(maxCap, c)
 	}
-	if res.MaxBuffer <= int64(Defaults.PFCXoff) || res.MaxBuffer > int64(maxCap) {
-		t.Errorf("fullest buffer %d bytes; want over Xoff %d (PFC at work) and within Xoff + headroom %d", res.MaxBuffer, Defaults.PFCXoff, maxCap)
+	if res.MaxBuffer <= int64(fabric.Defaults.PFCXoff) || res.MaxBuffer > int64(maxCap) {
+		t.Errorf("fullest buffer %d bytes; want over Xoff %d (PFC at work) and within Xoff + headroom %d", res.MaxBuffer, fabric.Defaults.PFCXoff, maxCap)
 	}
 	// S has one input and one output for this traffic.
 	if a, b := portStat(res, up).Bytes, portStat(res, down).Bytes; a != b || a == 0 {
@@ -160,7 +161,7 @@ func TestPFCLossless(t *testing.T) {
 			t.Errorf("sender %s never paused", g.PortName(nic))
 		}
 	}
-	var sum PortStat
+	var sum fabric.PortStat
 	for _, ps := range res.Ports {
 		sum.PauseTime += ps.PauseTime
 		sum.PauseFrames += ps.PauseFrames
@@ -181,7 +182,7 @@ func TestPFCLossless(t *testing.T) {
 // bytes lost in the fabric.
 func TestPFCHeadroomTooSmall(t *testing.T) {
 	g, cfg := incastTree(t)
-	cfg.Params = Params{LinkLayer: LinkRoCE, CC: CCNone, PFCHeadroom: 16 << 10}
+	cfg.Params = fabric.Params{LinkLayer: fabric.LinkRoCE, CC: fabric.CCNone, PFCHeadroom: 16 << 10}
 	_, res := runWithInvariants(t, cfg)
 	t.Logf("time %v, %d drops, %d discarded, %d packets lost (%d bytes), pause %v", res.Time, res.Drops, res.Discards, res.LostPkts, res.Lost, res.PauseTime)
 	if res.Drops == 0 {
@@ -197,7 +198,7 @@ func TestPFCHeadroomTooSmall(t *testing.T) {
 	if drops != res.Drops || res.LostPkts != res.Drops+res.Discards {
 		t.Errorf("ports dropped %d, the run %d; %d lost = %d dropped + %d discarded?", drops, res.Drops, res.LostPkts, res.Drops, res.Discards)
 	}
-	want := scheduleTraffic(cfg.Schedule, cfg.Bytes, 4, 1, 1, g.MTU, Defaults.Chunk, cfg.GPUs)
+	want := scheduleTraffic(cfg.Schedule, cfg.Bytes, 4, 1, 1, g.MTU, fabric.Defaults.Chunk, cfg.GPUs)
 	if res.Payload != want.cross || res.Packets != want.crossPkts {
 		t.Errorf("injected %d bytes in %d packets; the schedule moves %d in %d", res.Payload, res.Packets, want.cross, want.crossPkts)
 	}
@@ -214,12 +215,12 @@ func TestPFCHeadroomTooSmall(t *testing.T) {
 // climb back to it on their timers.
 func TestDCQCN(t *testing.T) {
 	g, cfg := incastTree(t)
-	cfg.Params = Params{LinkLayer: LinkRoCE, CC: CCNone}
+	cfg.Params = fabric.Params{LinkLayer: fabric.LinkRoCE, CC: fabric.CCNone}
 	pfc, err := Run(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Params = Params{LinkLayer: LinkRoCE}
+	cfg.Params = fabric.Params{LinkLayer: fabric.LinkRoCE}
 	m, dc := runWithInvariants(t, cfg)
 	checkConservation(t, g, cfg, dc)
 	for _, r := range []struct {
@@ -279,7 +280,7 @@ func TestDCQCN(t *testing.T) {
 // the minimum rate; within R_AI of line rate the QP is unlimited.
 func TestDCQCNReactionPoint(t *testing.T) {
 	g := fatTreeK(t, 4)
-	m, err := build(Config{Graph: g, Schedule: oneSend(), Bytes: 1 << 20, Params: Params{LinkLayer: LinkRoCE}})
+	m, err := build(Config{Graph: g, Schedule: oneSend(), Bytes: 1 << 20, Params: fabric.Params{LinkLayer: fabric.LinkRoCE}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +349,7 @@ func TestDCQCNReactionPoint(t *testing.T) {
 func TestDCQCNPacing(t *testing.T) {
 	g := fatTreeK(t, 4)
 	const b = 4 << 20
-	cfg := Config{Graph: g, Schedule: oneSend(), Bytes: b, ElemSize: 1, GPUs: []int32{0, 2}, Params: Params{LinkLayer: LinkRoCE}}
+	cfg := Config{Graph: g, Schedule: oneSend(), Bytes: b, ElemSize: 1, GPUs: []int32{0, 2}, Params: fabric.Params{LinkLayer: fabric.LinkRoCE}}
 	m, err := build(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +386,7 @@ func TestDCQCNPacing(t *testing.T) {
 // from the seeded random source, is a function of its Config and seed.
 func TestRoCEDeterministic(t *testing.T) {
 	_, cfg := incastTree(t)
-	cfg.Params = Params{LinkLayer: LinkRoCE, VLs: 2}
+	cfg.Params = fabric.Params{LinkLayer: fabric.LinkRoCE, VLs: 2}
 	cfg.Seed = 5
 	var runs [2]*Result
 	for i := range runs {
@@ -413,7 +414,7 @@ func TestRoCEDeterministic(t *testing.T) {
 func TestRoCEFailure(t *testing.T) {
 	g := fatTreeK(t, 8)
 	cfg := Config{Graph: g, Schedule: flowSchedule(3, [2]int{1, 0}, [2]int{2, 0}), GPUs: []int32{1, 4, 8}, Bytes: 1 << 20,
-		Params: Params{LinkLayer: LinkRoCE}}
+		Params: fabric.Params{LinkLayer: fabric.LinkRoCE}}
 	base, err := Run(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -429,7 +430,7 @@ func TestRoCEFailure(t *testing.T) {
 	if res.LostPkts == 0 {
 		t.Error("no packet lost")
 	}
-	if res.Time >= at+Defaults.RetryTimeout {
+	if res.Time >= at+fabric.Defaults.RetryTimeout {
 		t.Errorf("done at %v: the QPs waited for the retry timeout instead of going back on the NAK", res.Time)
 	}
 }
@@ -437,28 +438,28 @@ func TestRoCEFailure(t *testing.T) {
 // TestRoCEConfigErrors: bad RoCE parameters are refused, naming the field.
 func TestRoCEConfigErrors(t *testing.T) {
 	g := fatTreeK(t, 4)
-	ok := Config{Graph: g, Schedule: oneSend(), Bytes: 1 << 16, Params: Params{LinkLayer: LinkRoCE}}
+	ok := Config{Graph: g, Schedule: oneSend(), Bytes: 1 << 16, Params: fabric.Params{LinkLayer: fabric.LinkRoCE}}
 	for _, tc := range []struct {
-		p    func(*Params)
+		p    func(*fabric.Params)
 		want string
 	}{
-		{func(p *Params) { p.LinkLayer = 2 }, "linklayer(2)"},
-		{func(p *Params) { p.CC = 3 }, "cc(3)"},
-		{func(p *Params) { p.LinkLayer, p.CC = LinkIB, CCDCQCN }, "dcqcn needs link layer roce"},
-		{func(p *Params) { p.Routing = RouteAdaptive }, "adaptive routing with link layer roce"},
-		{func(p *Params) { p.PFCXoff = -1 }, "PFC Xoff -1"},
-		{func(p *Params) { p.PFCHysteresis = Defaults.PFCXoff + 1 }, "PFC hysteresis"},
-		{func(p *Params) { p.PFCHeadroom = -5 }, "PFC headroom -5"},
-		{func(p *Params) { p.PFCXoff, p.PFCHysteresis, p.PFCHeadroom = 100, 10, 100 }, "less than one"},
-		{func(p *Params) { p.ECNKmin, p.ECNKmax = 2000, 1000 }, "ECN Kmin 2000"},
-		{func(p *Params) { p.ECNPmax = 1.5 }, "ECN Pmax 1.5"},
-		{func(p *Params) { p.ECNPmax = math.NaN() }, "ECN Pmax"},
-		{func(p *Params) { p.DCQCN.G = 2 }, "DCQCN g 2"},
-		{func(p *Params) { p.DCQCN.RateTimer = -1 }, "rate timer"},
-		{func(p *Params) { p.DCQCN.ByteCounter = -1 }, "byte counter -1"},
-		{func(p *Params) { p.DCQCN.FastStages = -1 }, "fast-recovery stages -1"},
-		{func(p *Params) { p.DCQCN.RateAI = 10 }, "R_AI 10"},
-		{func(p *Params) { p.DCQCN.MinRate = math.Inf(1) }, "minimum rate"},
+		{func(p *fabric.Params) { p.LinkLayer = 2 }, "linklayer(2)"},
+		{func(p *fabric.Params) { p.CC = 3 }, "cc(3)"},
+		{func(p *fabric.Params) { p.LinkLayer, p.CC = fabric.LinkIB, fabric.CCDCQCN }, "dcqcn needs link layer roce"},
+		{func(p *fabric.Params) { p.Routing = fabric.RouteAdaptive }, "adaptive routing with link layer roce"},
+		{func(p *fabric.Params) { p.PFCXoff = -1 }, "PFC Xoff -1"},
+		{func(p *fabric.Params) { p.PFCHysteresis = fabric.Defaults.PFCXoff + 1 }, "PFC hysteresis"},
+		{func(p *fabric.Params) { p.PFCHeadroom = -5 }, "PFC headroom -5"},
+		{func(p *fabric.Params) { p.PFCXoff, p.PFCHysteresis, p.PFCHeadroom = 100, 10, 100 }, "less than one"},
+		{func(p *fabric.Params) { p.ECNKmin, p.ECNKmax = 2000, 1000 }, "ECN Kmin 2000"},
+		{func(p *fabric.Params) { p.ECNPmax = 1.5 }, "ECN Pmax 1.5"},
+		{func(p *fabric.Params) { p.ECNPmax = math.NaN() }, "ECN Pmax"},
+		{func(p *fabric.Params) { p.DCQCN.G = 2 }, "DCQCN g 2"},
+		{func(p *fabric.Params) { p.DCQCN.RateTimer = -1 }, "rate timer"},
+		{func(p *fabric.Params) { p.DCQCN.ByteCounter = -1 }, "byte counter -1"},
+		{func(p *fabric.Params) { p.DCQCN.FastStages = -1 }, "fast-recovery stages -1"},
+		{func(p *fabric.Params) { p.DCQCN.RateAI = 10 }, "R_AI 10"},
+		{func(p *fabric.Params) { p.DCQCN.MinRate = math.Inf(1) }, "minimum rate"},
 	} {
 		cfg := ok
 		tc.p(&cfg.Params)
@@ -468,19 +469,19 @@ func TestRoCEConfigErrors(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"ib", "roce"} {
-		if l, err := ParseLinkLayer(s); err != nil || l.String() != s {
+		if l, err := fabric.ParseLinkLayer(s); err != nil || l.String() != s {
 			t.Errorf("ParseLinkLayer(%q) = %v, %v", s, l, err)
 		}
 	}
 	for _, s := range []string{"auto", "none", "dcqcn"} {
-		if c, err := ParseCongestionControl(s); err != nil || c.String() != s {
+		if c, err := fabric.ParseCongestionControl(s); err != nil || c.String() != s {
 			t.Errorf("ParseCongestionControl(%q) = %v, %v", s, c, err)
 		}
 	}
-	if _, err := ParseLinkLayer("ethernet"); err == nil {
+	if _, err := fabric.ParseLinkLayer("ethernet"); err == nil {
 		t.Error(`ParseLinkLayer("ethernet"): no error`)
 	}
-	if _, err := ParseCongestionControl("hpcc"); err == nil {
+	if _, err := fabric.ParseCongestionControl("hpcc"); err == nil {
 		t.Error(`ParseCongestionControl("hpcc"): no error`)
 	}
 	if _, err := Run(ok); err != nil {
@@ -493,7 +494,7 @@ func TestRoCEConfigErrors(t *testing.T) {
 func TestRoCEAllocs(t *testing.T) {
 	_, cfg := incastTree(t)
 	cfg.Bytes = 64 << 20
-	cfg.Params = Params{LinkLayer: LinkRoCE}
+	cfg.Params = fabric.Params{LinkLayer: fabric.LinkRoCE}
 	m, err := build(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -544,15 +545,15 @@ func TestRoCERandomLoss(t *testing.T) {
 	}
 	for i, c := range []struct {
 		s *algo.Schedule
-		p Params
+		p fabric.Params
 	}{
-		{inc, Params{CC: CCNone}},
-		{inc, Params{VLs: 2, QPsPerConn: 3, Routing: RouteECMP}},
-		{a2a, Params{Chunk: 20000, Slots: 2, PFCHeadroom: 4096}},
-		{ring, Params{CC: CCNone, VLs: 2, QPsPerConn: 2}},
+		{inc, fabric.Params{CC: fabric.CCNone}},
+		{inc, fabric.Params{VLs: 2, QPsPerConn: 3, Routing: fabric.RouteECMP}},
+		{a2a, fabric.Params{Chunk: 20000, Slots: 2, PFCHeadroom: 4096}},
+		{ring, fabric.Params{CC: fabric.CCNone, VLs: 2, QPsPerConn: 2}},
 	} {
 		for seed := uint64(1); seed <= 3; seed++ {
-			c.p.LinkLayer = LinkRoCE
+			c.p.LinkLayer = fabric.LinkRoCE
 			c.p.RetryTimeout = 50 * des.Microsecond
 			cfg := Config{Graph: g, Schedule: c.s, Bytes: 256 << 10, Seed: seed, Params: c.p}
 			m, err := build(cfg)

@@ -11,6 +11,9 @@
 // (D-mod-k, ECMP by QP hash, or adaptive), the seed salts the ECMP hashes
 // and seeds the random source of ECN marking, so one seed replays a run
 // exactly.
+//
+// The run's constants (fabric.Params), link failures and per-port
+// statistics are sim/fabric's, which sim/flow shares.
 package packet
 
 import (
@@ -22,22 +25,17 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/place"
 	"github.com/ibex-rdma/ibex/sim/route"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
 
-// Failure takes a link down at a time.
-type Failure struct {
-	At   des.Time
-	Link topo.LinkID
-}
-
 // Config is one simulated operation.
 type Config struct {
 	Graph  *topo.Graph
 	Router *route.Router // nil: route.New(Graph)
-	Params Params
+	Params fabric.Params
 	Seed   uint64
 
 	// The workload: Schedule over Bytes (nccl-tests' size: the whole buffer
@@ -63,7 +61,7 @@ type Config struct {
 	// receiving GPU's rail.
 	LocalNIC bool
 
-	Failures []Failure
+	Failures []fabric.Failure
 	// Iterations runs the operation this many times (default 1), each rank
 	// starting the next when it has finished the last, as a training loop
 	// calls NCCL; Result.Iters has when each ended.
@@ -79,35 +77,6 @@ type Config struct {
 	// Progress, if set, receives a progress line about every second once a
 	// run has taken more than two.
 	Progress io.Writer
-}
-
-// PortStat is the traffic one port sent, and with RoCE what happened at
-// its ingress.
-type PortStat struct {
-	Port   topo.PortID
-	Name   string // "leaf3:40 -> spine1:3"
-	Tier   topo.LinkTier
-	Bytes  int64 // on the wire, headers included
-	Pkts   int64
-	Util   float64  // busy time over the run's time
-	Wait   des.Time // time with packets to send and no credit (PortXmitWait)
-	Failed bool
-	// MaxQueue is the most bytes ever queued at this (switch) port to send.
-	MaxQueue int64
-
-	// RoCE (zero with InfiniBand). PauseTime is the time this port was
-	// paused by its peer (PFC) while it had packets of the paused
-	// priority to send, summed over priorities, as ports count PFC pause
-	// duration. PauseFrames are the PAUSE frames this port sent its peer
-	// (its ingress went over Xoff; RESUMEs not counted). Drops are the
-	// packets that arrived at this port to a full buffer. ECNMarks are
-	// the packets this port marked CE as they left it; CNPs the CNPs
-	// this NIC port sent for marked packets it received.
-	PauseTime   des.Time
-	PauseFrames int64
-	Drops       int64
-	ECNMarks    int64
-	CNPs        int64
 }
 
 // Result is what a run measured.
@@ -137,7 +106,7 @@ type Result struct {
 	MaxBuffer int64
 	// Ports are the ports that sent (or with RoCE dropped, paused or sent
 	// PAUSE frames or CNPs), busiest first.
-	Ports []PortStat
+	Ports []fabric.PortStat
 	// Wait is the total credit-stall time over all ports.
 	Wait des.Time
 
@@ -151,8 +120,9 @@ type Result struct {
 // EventsPerSec is the simulator's speed on this run.
 func (r *Result) EventsPerSec() float64 { return float64(r.Events) / r.Wall.Seconds() }
 
-// ErrConfig is wrapped by errors about a Config.
-var ErrConfig = errors.New("bad simulation config")
+// ErrConfig is wrapped by errors about a Config, its Params included: it
+// is fabric.ErrConfig.
+var ErrConfig = fabric.ErrConfig
 
 // Run simulates cfg and returns what it measured, after checking the
 // run's conservation laws (Verify).
@@ -198,9 +168,9 @@ func build(cfg Config) (*model, error) {
 	case g.NumHosts == 0 || g.NumNICs == 0:
 		return bad("topology %q has no hosts", g.Name)
 	}
-	p, err := cfg.Params.withDefaults()
+	p, err := fabric.CheckParams(cfg.Params)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("packet: %w", err)
 	}
 	esize := cfg.ElemSize
 	if esize == 0 {
@@ -340,14 +310,14 @@ func (m *model) result(cfg Config, wall time.Duration) *Result {
 }
 
 // portStats lists the ports that sent, busiest first (ties by port).
-func (n *Net) portStats(end des.Time) []PortStat {
-	var out []PortStat
+func (n *Net) portStats(end des.Time) []fabric.PortStat {
+	var out []fabric.PortStat
 	for i := range n.ports {
 		op := &n.ports[i]
 		if op.txPkts == 0 && op.pauseTime == 0 && op.pauseFrames == 0 && op.drops == 0 && op.cnps == 0 {
 			continue
 		}
-		ps := PortStat{Port: topo.PortID(i), Bytes: op.txBytes, Pkts: op.txPkts, Wait: op.stall, Failed: op.dead,
+		ps := fabric.PortStat{Port: topo.PortID(i), Bytes: op.txBytes, Pkts: op.txPkts, Wait: op.stall, Failed: op.dead,
 			Name: n.g.PortName(topo.PortID(i)) + " -> " + n.g.PortName(op.peer), Tier: n.g.Links[op.link].Tier,
 			MaxQueue: op.maxQueued, PauseTime: op.pauseTime, PauseFrames: op.pauseFrames, Drops: op.drops, ECNMarks: op.marks, CNPs: op.cnps}
 		if end > 0 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/route"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
@@ -37,7 +38,7 @@ func oneSend() *algo.Schedule {
 // headers (the size term); the last byte then crosses the path (cable
 // delays and switch latencies, cut-through: per hop, not per packet) and
 // the receiving NIC; the acknowledgement comes back the same way.
-func predict(p Params, mtu int, rate float64, b int64, hops []des.Time) des.Time {
+func predict(p fabric.Params, mtu int, rate float64, b int64, hops []des.Time) des.Time {
 	var wire int64
 	var msgs int64
 	for left := b; left > 0; {
@@ -57,7 +58,7 @@ func predict(p Params, mtu int, rate float64, b int64, hops []des.Time) des.Time
 // pathHops is the latency of each hop of the D-mod-k path from NIC src
 // to NIC dst: the cable, plus the switch's port-to-port latency where the
 // hop ends at a switch.
-func pathHops(t *testing.T, g *topo.Graph, rt *route.Router, p Params, src, dst topo.NodeID) []des.Time {
+func pathHops(t *testing.T, g *topo.Graph, rt *route.Router, p fabric.Params, src, dst topo.NodeID) []des.Time {
 	t.Helper()
 	ports, err := rt.Path(src, dst, route.PolicyDModK, 0, nil)
 	if err != nil {
@@ -77,7 +78,7 @@ func pathHops(t *testing.T, g *topo.Graph, rt *route.Router, p Params, src, dst 
 
 // spineDown is a spine's port down to a leaf that carried traffic in ports
 // (a run's PortStats); the test fails if there is none.
-func spineDown(t *testing.T, g *topo.Graph, ports []PortStat) topo.PortID {
+func spineDown(t *testing.T, g *topo.Graph, ports []fabric.PortStat) topo.PortID {
 	t.Helper()
 	for _, ps := range ports {
 		if ps.Tier == topo.LinkLeafSpine && g.Links[g.Ports[ps.Port].Link].B == ps.Port && ps.Bytes > 0 {
@@ -95,7 +96,7 @@ func spineDown(t *testing.T, g *topo.Graph, ports []PortStat) topo.PortID {
 func TestAlphaBeta(t *testing.T) {
 	for _, rate := range []string{"NDR", "HDR"} {
 		g := superpod(t, 2, rate)
-		p, _ := Params{}.withDefaults()
+		p, _ := fabric.CheckParams(fabric.Params{})
 		rt, _ := route.New(g)
 		for _, c := range []struct {
 			name string
@@ -129,7 +130,7 @@ func TestAlphaBeta(t *testing.T) {
 // the acknowledgement that ends the sender's step).
 func TestAlphaBetaRing(t *testing.T) {
 	g := superpod(t, 1, "NDR")
-	p, _ := Params{}.withDefaults()
+	p, _ := fabric.CheckParams(fabric.Params{})
 	const n = 8
 	gpus := make([]int32, n)
 	for i := range gpus {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/place"
 	"github.com/ibex-rdma/ibex/sim/route"
 	"github.com/ibex-rdma/ibex/sim/topo"
@@ -18,7 +19,7 @@ import (
 type work struct {
 	n     *Net
 	sim   *des.Sim
-	p     Params
+	p     fabric.Params
 	ranks int
 	nch   int
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/cost"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/flow"
-	"github.com/ibex-rdma/ibex/sim/packet"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
 
@@ -68,7 +68,7 @@ type Options struct {
 	// AllReduces are the ways to run it; nil: NCCL's two, the ring over
 	// all GPUs (channels, PXN) and the tree across hosts (hierarchical).
 	AllReduces []AllReduce
-	Params     packet.Params // routing, message size, ...; the link layer's framing is set per design
+	Params     fabric.Params // routing, message size, ...; the link layer's framing is set per design
 	Table      *cost.Table   // nil: cost.Default()
 }
 
@@ -115,9 +115,6 @@ type Row struct {
 	Wall      time.Duration  `json:"-"`
 }
 
-// RoCEHeaderBytes is RoCEv2's per-packet overhead on the wire (packet's).
-const RoCEHeaderBytes = packet.RoCEHeaderBytes
-
 // Evaluate builds design d, prices it and simulates the all-reduce.
 func Evaluate(d Design, o Options) (*Row, error) {
 	g, err := d.Spec.Build()
@@ -148,7 +145,7 @@ func Evaluate(d Design, o Options) (*Row, error) {
 	if d.LinkLayer == cost.Ethernet {
 		// RoCEv2 framing (the flow engine reads the link layer's header
 		// bytes; PFC and DCQCN are packet-level).
-		p.LinkLayer = packet.LinkRoCE
+		p.LinkLayer = fabric.LinkRoCE
 	}
 	ars := o.AllReduces
 	if ars == nil {
@@ -165,7 +162,7 @@ func Evaluate(d Design, o Options) (*Row, error) {
 	return row, nil
 }
 
-func allReduce(g *topo.Graph, p packet.Params, a AllReduce, o Options) (*flow.Result, error) {
+func allReduce(g *topo.Graph, p fabric.Params, a AllReduce, o Options) (*flow.Result, error) {
 	cfg := flow.Config{Graph: g, Params: p, Name: "all_reduce", Collective: algo.AllReduce, Ranks: o.GPUs, Bytes: o.Bytes}
 	pipe := max(a.Pipeline, 1)
 	if a.Hierarchical {

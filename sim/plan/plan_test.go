@@ -6,6 +6,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/cost"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
 
@@ -67,7 +68,7 @@ func TestRoCEFraming(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := roce.Results[0].TimeUS / ib.Results[0].TimeUS
-	bound := float64(4096+RoCEHeaderBytes) / float64(4096+26)
+	bound := float64(4096+fabric.RoCEHeaderBytes) / float64(4096+26)
 	t.Logf("ring 1 GiB over 64 GPUs: IB %.1f us, RoCE %.1f us (x%.4f; framing alone x%.4f)", ib.Results[0].TimeUS, roce.Results[0].TimeUS, r, bound)
 	if r <= 1 || r > bound {
 		t.Errorf("RoCE/IB time %.4f, want in (1, %.4f]", r, bound)
