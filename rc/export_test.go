@@ -23,17 +23,19 @@ func Invariants(c *Conn) error {
 		return fmt.Errorf("request ring: head %d, %d queued of %d", r.head, r.n, len(r.ring))
 	case r.next < 0 || r.next > r.n:
 		return fmt.Errorf("transmit point %d outside the %d requests queued", r.next, r.n)
+	case s.outN < 0 || s.outN > len(s.out) || s.resNext < 0 || s.resNext >= len(s.res):
+		return fmt.Errorf("responder: %d responses queued of %d, resource %d of %d", s.outN, len(s.out), s.resNext, len(s.res))
+	}
+	if c.dead {
+		return nil // a stopped requester's state no longer matters
+	}
+	switch {
 	case ib.PSNDiff(r.sentEnd, r.una) < 0:
 		return fmt.Errorf("una %#x beyond the end of what was sent, %#x", r.una, r.sentEnd)
 	case int(ib.PSNDiff(r.sentEnd, r.una)) > c.cfg.Window:
 		return fmt.Errorf("%d PSNs unacknowledged, window %d", ib.PSNDiff(r.sentEnd, r.una), c.cfg.Window)
 	case ib.PSNDiff(r.sentEnd, r.psn) < 0:
 		return fmt.Errorf("transmit psn %#x beyond the end of what was sent, %#x", r.psn, r.sentEnd)
-	case s.outN < 0 || s.outN > len(s.out) || s.resNext < 0 || s.resNext >= len(s.res):
-		return fmt.Errorf("responder: %d responses queued of %d, resource %d of %d", s.outN, len(s.out), s.resNext, len(s.res))
-	}
-	if c.dead {
-		return nil
 	}
 	// The oldest request is never behind the acknowledged point: una only
 	// moves past a request once it has completed.

@@ -100,17 +100,18 @@ func (n *Network) Advance(t int64) {
 }
 
 // Next returns the earliest time a datagram in flight (not held) can be
-// received, or 0 if there is none.
-func (n *Network) Next() int64 {
+// received; false if none is in flight.
+func (n *Network) Next() (int64, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var t int64
+	ok := false
 	for _, e := range n.eps {
-		if len(e.q) > 0 && (t == 0 || e.q[0].At < t) {
-			t = e.q[0].At
+		if len(e.q) > 0 && (!ok || e.q[0].At < t) {
+			t, ok = e.q[0].At, true
 		}
 	}
-	return t
+	return t, ok
 }
 
 // Partition cuts the network: every datagram sent until Heal is lost.
@@ -282,15 +283,15 @@ func (e *Endpoint) Recv(bufs [][]byte, sizes []int, from []netip.AddrPort) int {
 	return k
 }
 
-// Next returns when the endpoint's oldest datagram in flight can be
-// received, or 0 if none is in flight to it.
-func (e *Endpoint) Next() int64 {
+// Next returns when the endpoint's earliest datagram in flight can be
+// received; false if none is in flight to it.
+func (e *Endpoint) Next() (int64, bool) {
 	e.n.mu.Lock()
 	defer e.n.mu.Unlock()
 	if len(e.q) == 0 {
-		return 0
+		return 0, false
 	}
-	return e.q[0].At
+	return e.q[0].At, true
 }
 
 // arrive queues d; e.n.mu is held.

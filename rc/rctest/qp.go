@@ -13,6 +13,9 @@ import (
 // never runs dry is a bug, reported rather than looped on.
 const maxFlush = 1 << 14
 
+// maxHeaders is room for the headers, pad and ICRC around a payload.
+const maxHeaders = 64
+
 // QP is one rc engine on a Network: its Conn, its Host and an Endpoint,
 // with the encoding a UDP provider does: each packet becomes one RoCEv2
 // UDP payload (package wire, through rcwire) with an ICRC for the pair of
@@ -47,7 +50,11 @@ func NewQP(n *Network, addr, peer netip.AddrPort, cfg rc.Config, h *Host) (*QP, 
 	if err != nil {
 		return nil, err
 	}
-	q := &QP{Conn: c, Host: h, peer: peer, destQPN: cfg.DestQPN, scratch: make([]byte, 4096)}
+	mtu := cfg.MTU
+	if mtu == 0 {
+		mtu = 1024 // rc's default
+	}
+	q := &QP{Conn: c, Host: h, peer: peer, destQPN: cfg.DestQPN, scratch: make([]byte, mtu)}
 	if q.tx, err = wire.NewICRCPrefix(&wire.Encap{Src: addr, Dst: peer, DF: true}); err != nil {
 		return nil, err
 	}
@@ -73,7 +80,7 @@ func (q *QP) Flush() (int, error) {
 	pkt, wp := &q.pkt, &q.wp
 	for ; k < maxFlush && q.Conn.Poll(now, pkt, q.scratch); k++ {
 		if len(q.out) == k {
-			q.out = append(q.out, make([]byte, 0, 64+len(q.scratch)))
+			q.out = append(q.out, make([]byte, 0, maxHeaders+len(q.scratch)))
 		}
 		rcwire.ToWire(pkt, q.destQPN, wp)
 		b, err := wire.AppendIB(q.out[k][:0], wp, &q.tx)
@@ -95,10 +102,12 @@ func (q *QP) Flush() (int, error) {
 }
 
 // Deliver receives at most limit datagrams that have arrived and hands the
-// good ones to the engine. It returns how many it received.
+// good ones to the engine. It returns how many it received. A datagram
+// longer than a packet of the QP's path MTU is truncated, and so fails its
+// ICRC: like a NIC, the QP drops what it was not set up to receive.
 func (q *QP) Deliver(limit int) (int, error) {
 	for len(q.bufs) < limit {
-		q.bufs = append(q.bufs, make([]byte, 64+len(q.scratch)))
+		q.bufs = append(q.bufs, make([]byte, maxHeaders+len(q.scratch)))
 		q.sizes = append(q.sizes, 0)
 	}
 	n := q.ep.Recv(q.bufs[:limit], q.sizes[:limit], nil)

@@ -249,10 +249,10 @@ func Run(cfg Config) (Result, error) {
 		}
 		// Move time on to the next event.
 		now := net.Now()
-		next := net.Next()
+		next, ok := net.Next()
 		for _, s := range sides {
-			if d := s.q.Conn.Deadline(); d != 0 && (next == 0 || d < next) {
-				next = d
+			if d := s.q.Conn.Deadline(); d != 0 && (!ok || d < next) {
+				next, ok = d, true
 			}
 		}
 		if next <= now {
