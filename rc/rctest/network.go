@@ -80,7 +80,7 @@ func (n *Network) Endpoint(addr netip.AddrPort) *Endpoint {
 	if n.eps[addr] != nil {
 		panic("rctest: two endpoints at " + addr.String())
 	}
-	e := &Endpoint{n: n, addr: addr}
+	e := &Endpoint{n: n, addr: addr, ready: make(chan struct{}, 1)}
 	n.eps[addr] = e
 	return e
 }
@@ -97,6 +97,11 @@ func (n *Network) Advance(t int64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.now = max(n.now, t)
+	for _, e := range n.eps {
+		if len(e.q) > 0 && e.q[0].At <= n.now {
+			e.signal()
+		}
+	}
 }
 
 // Next returns the earliest time a datagram in flight (not held) can be
@@ -243,9 +248,10 @@ func (n *Network) clone(b []byte) []byte {
 // Endpoint is one address on a Network, used like a non-blocking UDP
 // socket: batches of datagrams out, batches of arrived datagrams in.
 type Endpoint struct {
-	n    *Network
-	addr netip.AddrPort
-	q    []Datagram // arriving: a min-heap on (At, ID)
+	n     *Network
+	addr  netip.AddrPort
+	q     []Datagram // arriving: a min-heap on (At, ID)
+	ready chan struct{}
 }
 
 // Addr returns the endpoint's address.
@@ -294,8 +300,24 @@ func (e *Endpoint) Next() (int64, bool) {
 	return e.q[0].At, true
 }
 
+// Notify returns a channel that receives a value when a datagram can be
+// received at the endpoint (it arrives, or the clock reaches it): a
+// provider's blocking receive waits on it, with Recv to take the
+// datagrams. A signal may be stale, and several arrivals may make one.
+func (e *Endpoint) Notify() <-chan struct{} { return e.ready }
+
+func (e *Endpoint) signal() {
+	select {
+	case e.ready <- struct{}{}:
+	default:
+	}
+}
+
 // arrive queues d; e.n.mu is held.
 func (e *Endpoint) arrive(d Datagram) {
+	if d.At <= e.n.now {
+		e.signal()
+	}
 	e.q = append(e.q, d)
 	for i := len(e.q) - 1; i > 0; {
 		p := (i - 1) / 2
