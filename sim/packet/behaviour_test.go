@@ -61,6 +61,25 @@ func fatTreeK(t testing.TB, k int) *topo.Graph {
 	return g
 }
 
+// ibOf and roceOf are the run's link layer, for tests that look inside it.
+func ibOf(t testing.TB, n *Net) *ib {
+	t.Helper()
+	l, ok := n.ll.(*ib)
+	if !ok {
+		t.Fatalf("link layer %T, want InfiniBand", n.ll)
+	}
+	return l
+}
+
+func roceOf(t testing.TB, n *Net) *roce {
+	t.Helper()
+	l, ok := n.ll.(*roce)
+	if !ok {
+		t.Fatalf("link layer %T, want RoCE", n.ll)
+	}
+	return l
+}
+
 // channelCount is the count (elements per block, as algo's SlotRange
 // takes it) that channel c of nch works on: the call's count per block,
 // split evenly over the channels.
@@ -747,6 +766,7 @@ func TestVLArbitration(t *testing.T) {
 				t.Fatal(err)
 			}
 			m.n.check = true
+			ibl := ibOf(t, m.n)
 			var sender [2]topo.PortID // by VL
 			var rank [2]int32
 			if len(m.n.qps) != 2 || m.n.qps[0].vl == m.n.qps[1].vl {
@@ -759,7 +779,7 @@ func TestVLArbitration(t *testing.T) {
 			delivered := func(vl int) int64 {
 				var held int64
 				for p := range m.n.ports {
-					held += int64(m.n.occ[p*m.n.nv+vl])
+					held += int64(ibl.occ[p*m.n.nv+vl])
 				}
 				if held%fullPktCredits != 0 {
 					t.Fatalf("VL %d: %d credits held, not whole packets", vl, held)

@@ -10,7 +10,10 @@ import (
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
 
-// Event kinds. The fabric's come first; the workload's follow.
+// Event kinds: the fabric's (evPort, evArrive, evFail: Net.Handle), the
+// workload's (evChunk, evSlot, evSendDone, evNVLink: work.go; evSample:
+// trace.go) and the link layers' (evResend: ib.go; evPause, evCNP, evNAK,
+// evTimeout: roce.go).
 const (
 	evPort     uint16 = iota + 1 // A: port. The port finished a packet, or credit or a packet became ready.
 	evArrive                     // A: packet, B: input port. Head (switch) or tail (NIC) of a packet arrives.
@@ -19,7 +22,7 @@ const (
 	evSendDone                   // A: proc. A send is acknowledged.
 	evFail                       // A: link. The link goes down.
 	evNVLink                     // A: chunk. A message over NVLink is in the receiver's memory.
-	evResend                     // A: QP, B: chunk, C: payload. A lost packet's retry timeout expired.
+	evResend                     // A: QP, B: chunk, C: payload. An InfiniBand QP's retry timeout for a lost packet expired.
 	evPause                      // A: port, B: priority, C: 1 PAUSE, 0 RESUME. A PFC frame reaches the sending side of port A.
 	evCNP                        // A: QP. A CNP reaches the QP's sender (DCQCN).
 	evNAK                        // A: QP, C: PSN. The receiver's NAK reaches the sender: go back to C.
@@ -94,26 +97,24 @@ type packet struct {
 	ce      bool // RoCE: marked Congestion Experienced
 }
 
-// Net is the packet-level fabric of one run: ports with per-VL credits
-// and queues, output-queued switches, NICs injecting from their QPs.
+// Net is the packet-level fabric of one run: ports with per-VL queues,
+// output-queued switches, NICs injecting from their QPs, and the link
+// layer's flow control and loss recovery (ll).
 type Net struct {
 	g   *topo.Graph
 	r   *route.Router
 	p   fabric.Params
 	sim *des.Sim
 	w   *work
+	ll  linkLayer // InfiniBand (ib.go) or RoCE (roce.go)
 
 	nv      int      // VLs
-	cap     int32    // buffer per input port per VL, credits
 	lat     des.Time // switch port to port
 	nic0    topo.NodeID
 	weights []uint8
 
 	ports []oport
-	q     []fifo    // per port × VL: switch output queues (packet IDs)
-	cred  []int32   // per port × VL: credits in hand at the sending side
-	ret   []credits // per port × VL: credits on their way back
-	occ   []int32   // per port × VL: receive buffer in use at the receiving side, credits
+	q     []fifo // per port × VL: switch output queues (packet IDs)
 
 	pkts []packet
 	free []int32
@@ -123,31 +124,17 @@ type Net struct {
 
 	load func(topo.PortID) int64
 
-	// RoCE (roce.go). Slices per port × priority unless said otherwise.
-	roce       bool
-	dcqcn      bool
-	pcap       []int32    // per port: ingress buffer per priority, bytes (Xoff + headroom)
-	xoff       []bool     // the ingress has sent PAUSE and not RESUME
-	paused     []bool     // the sending side is paused by its peer
-	pauseSince []des.Time // paused with packets to send since; -1: not
-	qbytes     []int64    // bytes queued at the output (ECN's measure)
-	nicWork    []int32    // NIC ports: active QPs on the priority
-	rps        []rpState  // per QP: DCQCN's reaction point
-	discards   int64      // packets the receivers discarded out of sequence
-	checkBuf   []int64    // invariantsRoCE's scratch
-	dropP      float64    // tests' fault injection: switches drop this share of arriving packets
-
 	// Conservation counters.
 	injected, delivered         int64 // payload bytes (injected: first sends)
 	injectedPkts, deliveredPkts int64
 	resent, resentPkts          int64 // sent again after a loss
-	lost, lostPkts              int64 // stranded by a link failure
-	lostWire                    int64 // their bytes on the wire
-	maxOcc                      int32
+	lost, lostPkts              int64 // lost in the fabric (stranded, with RoCE also dropped) or discarded by the receiver
+	lostWire                    int64 // the wire bytes of those lost in the fabric
+	discards                    int64 // RoCE: packets the receivers discarded out of sequence
 	err                         error
 
-	// check makes Handle verify the credit invariants after every event
-	// (tests; O(ports) an event).
+	// check makes Handle verify the link layer's invariants after every
+	// event (tests; O(ports) an event).
 	check bool
 }
 
@@ -156,6 +143,9 @@ type nicState struct {
 	active fifo // QPs with messages to send, round-robin
 }
 
+// qp is one QP: its NIC, ends, VL and the messages it has to send. What a
+// link layer keeps per QP besides (InfiniBand's resends, RoCE's go-back-N
+// state at both ends) is in ib.go and roce.go.
 type qp struct {
 	nic     int32
 	port    topo.PortID
@@ -167,33 +157,13 @@ type qp struct {
 	msgs    fifo // chunk IDs
 	off     int32
 	readyAt des.Time
-	retx    []retx   // lost packets to send again, before new ones
 	lat     des.Time // one way to the peer without serialisation: CNPs and NAKs take it
-
-	// RoCE go-back-N. The sender: PSNs logBase .. sndNxt-1 are in log,
-	// and it sends PSN rp next (rp < sndNxt: it is going back). The
-	// receiver: it expects epsn, and has NAKed it (nakd).
-	log     sentLog
-	logBase int32
-	sndNxt  int32
-	rp      int32
-	epsn    int32
-	nakd    bool
-	cnpAt   des.Time // the receiver's last CNP for this QP; -1: none
 }
-
-type retx struct{ chunk, payload int32 }
 
 // newNet builds the fabric state for g.
 func newNet(g *topo.Graph, r *route.Router, p fabric.Params, sim *des.Sim) (*Net, error) {
 	n := &Net{g: g, r: r, p: p, sim: sim, nv: p.VLs, lat: des.Time(g.SwitchLatency.Nanoseconds()) * des.Nanosecond,
 		nic0: topo.NodeID(g.NumHosts)}
-	pkt := g.MTU + p.HeaderBytes + p.FirstBytes
-	n.cap = int32(p.Buffer / p.CreditUnit)
-	if p.LinkLayer == fabric.LinkIB && int(n.cap)*p.CreditUnit < pkt {
-		return nil, fmt.Errorf("packet: %w: buffer %d bytes per VL holds %d credits of %d bytes, less than one %d-byte packet (MTU %d and headers): the link could never send",
-			ErrConfig, p.Buffer, n.cap, p.CreditUnit, pkt, g.MTU)
-	}
 	n.weights = make([]uint8, n.nv)
 	for i := range n.weights {
 		n.weights[i] = 1
@@ -204,9 +174,6 @@ func newNet(g *topo.Graph, r *route.Router, p fabric.Params, sim *des.Sim) (*Net
 	np := len(g.Ports)
 	n.ports = make([]oport, np)
 	n.q = make([]fifo, np*n.nv)
-	n.cred = make([]int32, np*n.nv)
-	n.ret = make([]credits, np*n.nv)
-	n.occ = make([]int32, np*n.nv)
 	for i := range n.ports {
 		gp := &g.Ports[i]
 		op := &n.ports[i]
@@ -226,19 +193,20 @@ func newNet(g *topo.Graph, r *route.Router, p fabric.Params, sim *des.Sim) (*Net
 		op.prop = des.Time(float64(l.Length) * p.PropNsPerM * float64(des.Nanosecond))
 		op.toSw = g.Nodes[g.Ports[gp.Peer].Node].Kind == topo.KindSwitch
 		op.dead = r.Dead(gp.Link)
-		for v := range n.nv {
-			n.cred[i*n.nv+v] = n.cap
-		}
 	}
 	n.nics = make([]nicState, g.NumNICs)
 	for i := range n.nics {
 		n.nics[i].port = g.Nodes[n.nic0+topo.NodeID(i)].FirstPort
 	}
 	n.load = n.portLoad
+	var err error
 	if p.LinkLayer == fabric.LinkRoCE {
-		if err := n.initRoCE(); err != nil {
-			return nil, err
-		}
+		n.ll, err = newRoCE(n)
+	} else {
+		n.ll, err = newIB(n)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return n, nil
 }
@@ -284,33 +252,6 @@ func (n *Net) onPort(p topo.PortID) {
 	n.kick(p)
 }
 
-// haveCredit says whether port×VL i has units of credit, taking in the
-// returns that are due.
-func (n *Net) haveCredit(i int, units int32) bool {
-	if n.cred[i] >= units {
-		return true
-	}
-	if !n.ret[i].empty() {
-		n.cred[i] += n.ret[i].take(n.sim.Now())
-	}
-	return n.cred[i] >= units
-}
-
-// returnCredit sends units of VL vl's credit back from the receiving side
-// of a link to port up, arriving at at.
-func (n *Net) returnCredit(up topo.PortID, vl uint8, at des.Time, units int32) {
-	n.ret[int(up)*n.nv+int(vl)].add(at, units)
-	op := &n.ports[up]
-	if op.stallSince >= 0 {
-		n.schedPort(up, at)
-	}
-}
-
-// units is the credits a packet of wire bytes takes.
-func (n *Net) units(wire int32) int32 {
-	return (wire + int32(n.p.CreditUnit) - 1) / int32(n.p.CreditUnit)
-}
-
 // kick starts the next packet at port p if it is idle and something can
 // go; otherwise it makes sure the port is looked at again when it could.
 func (n *Net) kick(p topo.PortID) {
@@ -344,21 +285,13 @@ func (n *Net) kick(p topo.PortID) {
 			wake = earliest(wake, pk.ready)
 			continue
 		}
-		var u int32
-		if n.roce {
-			if n.paused[base+vl] {
-				continue // the RESUME kicks the port
+		u, w, stalled, ok := n.ll.sendable(base+vl, pk)
+		if !ok {
+			blocked = blocked || stalled
+			if w > 0 {
+				wake = earliest(wake, w)
 			}
-			n.dequeuedRoCE(op, base+vl, pk)
-		} else {
-			u = n.units(pk.wire)
-			if !n.haveCredit(base+vl, u) {
-				blocked = true
-				if r := &n.ret[base+vl]; !r.empty() {
-					wake = earliest(wake, r.next())
-				}
-				continue
-			}
+			continue
 		}
 		q.pop()
 		op.npk--
@@ -404,17 +337,10 @@ func (n *Net) turn(op *oport, vl int) {
 	}
 }
 
-// transmit puts packet id on port p's wire now.
+// transmit puts packet id on port p's wire now; u is what the link layer's
+// sendable (or its NIC's choice) said it takes of flow control.
 func (n *Net) transmit(p topo.PortID, op *oport, id int32, pk *packet, u int32) {
 	now := n.sim.Now()
-	vl := int(pk.vl)
-	if !n.roce {
-		i := int(p)*n.nv + vl
-		n.cred[i] -= u
-		if n.cred[i] < 0 {
-			panic(fmt.Sprintf("packet: port %s VL %d: credits %d below zero", n.g.PortName(p), vl, n.cred[i]))
-		}
-	}
 	ser := op.ser(pk.wire)
 	end := now + ser
 	op.busyUntil = end
@@ -425,31 +351,8 @@ func (n *Net) transmit(p topo.PortID, op *oport, id int32, pk *packet, u int32) 
 		op.stall += now - op.stallSince
 		op.stallSince = -1
 	}
-	if op.sw {
-		// The packet leaves the input buffer it was in as it is sent; its
-		// credit goes back over that input's cable when it has left.
-		in := pk.in
-		if n.roce {
-			n.release(in, pk.vl, pk.wire)
-		} else {
-			n.occ[int(in)*n.nv+vl] -= u
-			up := n.ports[in].peer
-			n.returnCredit(up, pk.vl, end+n.ports[in].prop, u)
-		}
-	}
+	n.ll.transmitted(p, op, pk, u, end)
 	peer := op.peer
-	if !n.roce {
-		// With RoCE the receiving switch takes the packet into its buffer
-		// when it has looked at its head (admit), and a NIC not at all.
-		j := int(peer)*n.nv + vl
-		n.occ[j] += u
-		if n.occ[j] > n.maxOcc {
-			n.maxOcc = n.occ[j]
-			if n.occ[j] > n.cap {
-				panic(fmt.Sprintf("packet: port %s VL %d: buffer %d credits over its %d", n.g.PortName(peer), vl, n.occ[j], n.cap))
-			}
-		}
-	}
 	pk.in = peer
 	pk.tail = end + op.prop
 	if op.toSw {
@@ -477,14 +380,10 @@ func (n *Net) arrive(id int32, in topo.PortID) {
 	pk := &n.pkts[id]
 	node := n.g.Ports[in].Node
 	if n.g.Nodes[node].Kind != topo.KindSwitch {
-		if n.roce {
-			n.deliverRoCE(id, pk, in)
-			return
-		}
-		n.deliver(id, pk, in)
+		n.ll.deliver(id, pk, in)
 		return
 	}
-	if n.roce && !n.admit(id, pk, in) {
+	if !n.ll.admit(id, pk, in) {
 		return
 	}
 	out := n.route(node, pk)
@@ -508,9 +407,9 @@ func (n *Net) route(node topo.NodeID, pk *packet) topo.PortID {
 }
 
 // strand loses a packet that switch node holds with no route left to its
-// destination (after a link failure): its buffer is freed and its QP
-// sends it again after the retry timeout. If the source itself can no
-// longer reach the destination, the run ends with an error.
+// destination (after a link failure): the link layer frees its buffer and
+// has its QP send it again. If the source itself can no longer reach the
+// destination, the run ends with an error.
 func (n *Net) strand(id int32, pk *packet, node topo.NodeID) {
 	q := &n.qps[pk.qp]
 	if !n.r.Reachable(q.src, pk.dst) {
@@ -518,31 +417,16 @@ func (n *Net) strand(id int32, pk *packet, node topo.NodeID) {
 			n.sim.Now(), n.g.NodeName(q.src), n.g.NodeName(pk.dst), len(n.r.Failed()), route.ErrUnreachable))
 		return
 	}
-	if n.roce {
-		n.release(pk.in, pk.vl, pk.wire)
-		n.lose(id, pk)
-		return
-	}
-	u := n.units(pk.wire)
-	in := pk.in
-	n.occ[int(in)*n.nv+int(pk.vl)] -= u
-	n.returnCredit(n.ports[in].peer, pk.vl, n.sim.Now()+n.ports[in].prop, u)
+	n.ll.strand(id, pk)
+}
+
+// lose counts packet id as lost in the fabric (dropped, or stranded by a
+// link failure) and frees it; the link layer repairs the loss.
+func (n *Net) lose(id int32, pk *packet) {
 	n.lost += int64(pk.payload)
 	n.lostPkts++
 	n.lostWire += int64(pk.wire)
-	n.sim.After(n.p.RetryTimeout, evResend, pk.qp, pk.chunk, int64(pk.payload))
 	n.free = append(n.free, id)
-}
-
-// resend queues a lost packet's payload on its QP again.
-func (n *Net) resend(qi, chunk int32, payload int32) {
-	q := &n.qps[qi]
-	q.retx = append(q.retx, retx{chunk, payload})
-	if !q.active {
-		q.active = true
-		n.nics[q.nic].active.push(qi)
-		n.kick(q.port)
-	}
 }
 
 // enqueue queues packet id at switch output port out.
@@ -552,9 +436,7 @@ func (n *Net) enqueue(out topo.PortID, id int32, pk *packet) {
 	// finish before its tail has arrived.
 	pk.ready = pk.tail + n.lat - op.ser(pk.wire)
 	i := int(out)*n.nv + int(pk.vl)
-	if n.roce {
-		n.queuedRoCE(i, pk)
-	}
+	n.ll.queued(i, pk)
 	n.q[i].push(id)
 	op.npk++
 	op.queued += int64(pk.wire)
@@ -562,13 +444,9 @@ func (n *Net) enqueue(out topo.PortID, id int32, pk *packet) {
 	n.kick(out)
 }
 
-// deliver takes a packet's tail at a NIC: the NIC drains at line rate, so
-// the credit goes straight back.
-func (n *Net) deliver(id int32, pk *packet, in topo.PortID) {
-	u := n.units(pk.wire)
-	n.occ[int(in)*n.nv+int(pk.vl)] -= u
-	up := n.ports[in].peer
-	n.returnCredit(up, pk.vl, n.sim.Now()+n.ports[in].prop, u)
+// take hands packet id's payload to the workload at its receiving NIC and
+// frees it.
+func (n *Net) take(id int32, pk *packet) {
 	n.delivered += int64(pk.payload)
 	n.deliveredPkts++
 	chunk, payload := pk.chunk, pk.payload
@@ -584,9 +462,7 @@ func (n *Net) post(q int32, chunk int32) {
 	if !qq.active {
 		qq.active = true
 		qq.readyAt = max(qq.readyAt, n.sim.Now()+n.p.MsgOverhead)
-		if n.roce {
-			n.workOn(qq)
-		}
+		n.ll.activated(qq)
 		n.nics[qq.nic].active.push(q)
 		n.kick(qq.port)
 	}
@@ -605,74 +481,7 @@ func (n *Net) kickNIC(p topo.PortID, op *oport) {
 			n.sim.Now(), n.g.NodeName(q.src), n.g.NodeName(q.dst), route.ErrUnreachable))
 		return
 	}
-	if n.roce {
-		n.kickNICRoCE(p, op, ns)
-		return
-	}
-	now := n.sim.Now()
-	var wake des.Time
-	blocked := false
-	for range ns.active.len() {
-		qi := ns.active.pop()
-		q := &n.qps[qi]
-		if q.readyAt > now {
-			wake = earliest(wake, q.readyAt)
-			ns.active.push(qi)
-			continue
-		}
-		again := len(q.retx) > 0
-		var chunk, payload int32
-		if again {
-			// A resent packet goes as its own RDMA WRITE (with RETH).
-			chunk, payload = q.retx[0].chunk, q.retx[0].payload
-		} else {
-			chunk = q.msgs.front()
-			payload = min(int32(n.g.MTU), n.w.chunks[chunk].bytes-q.off)
-		}
-		wire := payload + int32(n.p.HeaderBytes)
-		if again || q.off == 0 {
-			wire += int32(n.p.FirstBytes)
-		}
-		u := n.units(wire)
-		i := int(p)*n.nv + int(q.vl)
-		if !n.haveCredit(i, u) {
-			blocked = true
-			if r := &n.ret[i]; !r.empty() {
-				wake = earliest(wake, r.next())
-			}
-			ns.active.push(qi)
-			continue
-		}
-		id := n.newPacket()
-		pk := &n.pkts[id]
-		*pk = packet{chunk: chunk, qp: qi, dst: q.dst, in: topo.NoPort, wire: wire, payload: payload, vl: q.vl}
-		if again {
-			n.resent += int64(payload)
-			n.resentPkts++
-			q.retx = q.retx[1:]
-			if len(q.retx) == 0 {
-				q.retx = nil
-			}
-		} else {
-			n.injected += int64(payload)
-			n.injectedPkts++
-			q.off += payload
-			if q.off == n.w.chunks[chunk].bytes {
-				q.msgs.pop()
-				q.off = 0
-				q.readyAt = now + op.ser(wire) + n.p.MsgOverhead
-			}
-		}
-		if q.msgs.empty() && len(q.retx) == 0 {
-			q.active = false
-		}
-		if q.active {
-			ns.active.push(qi)
-		}
-		n.transmit(p, op, id, pk, u)
-		return
-	}
-	n.idle(p, op, blocked, wake)
+	n.ll.kickNIC(p, op, ns)
 }
 
 func (n *Net) newPacket() int32 {
@@ -700,9 +509,7 @@ func (n *Net) fail(l topo.LinkID) {
 	for _, p := range []topo.PortID{lk.A, lk.B} {
 		op := &n.ports[p]
 		op.dead = true
-		if n.roce {
-			n.linkDown(p)
-		}
+		n.ll.linkDown(p)
 		if !op.sw {
 			continue
 		}
@@ -714,9 +521,7 @@ func (n *Net) fail(l topo.LinkID) {
 				pk := &n.pkts[id]
 				op.npk--
 				op.queued -= int64(pk.wire)
-				if n.roce {
-					n.qbytes[int(p)*n.nv+v] -= int64(pk.wire)
-				}
+				n.ll.unqueued(int(p)*n.nv+v, pk)
 				out := n.route(node, pk)
 				if out == topo.NoPort {
 					n.strand(id, pk, node)
@@ -738,52 +543,14 @@ func (n *Net) Handle(s *des.Sim, e des.Event) {
 		n.arrive(e.A, topo.PortID(e.B))
 	case evFail:
 		n.fail(topo.LinkID(e.A))
-	case evResend:
-		n.resend(e.A, e.B, int32(e.C))
-	case evPause:
-		n.onPause(topo.PortID(e.A), int(e.B), e.C != 0)
-	case evCNP:
-		n.onCNP(e.A)
-	case evNAK:
-		n.goBack(e.A, int32(e.C))
-	case evTimeout:
-		n.onTimeout(e.A, int32(e.C))
+	case evResend, evPause, evCNP, evNAK, evTimeout:
+		n.ll.handle(e)
 	default:
 		n.w.handle(e)
 	}
 	if n.check {
-		if err := n.invariants(); err != nil {
+		if err := n.ll.invariants(); err != nil {
 			n.abort(fmt.Errorf("after event kind %d at %v: %w", e.Kind(), s.Now(), err))
 		}
 	}
-}
-
-// invariants checks, on every link and VL: credits in hand are never
-// negative, the receive buffer never holds more than its capacity, and
-// credits in hand + credits on their way back + buffer in use (packets on
-// the wire count from when they start) = capacity.
-func (n *Net) invariants() error {
-	if n.roce {
-		return n.invariantsRoCE()
-	}
-	for i := range n.ports {
-		op := &n.ports[i]
-		if !op.cabled {
-			continue
-		}
-		for v := range n.nv {
-			j := i*n.nv + v
-			occ := n.occ[int(op.peer)*n.nv+v]
-			switch {
-			case n.cred[j] < 0:
-				return fmt.Errorf("port %s VL %d: %d credits", n.g.PortName(topo.PortID(i)), v, n.cred[j])
-			case occ < 0 || occ > n.cap:
-				return fmt.Errorf("port %s VL %d: buffer holds %d credits of %d", n.g.PortName(op.peer), v, occ, n.cap)
-			case int64(n.cred[j])+n.ret[j].pending()+int64(occ) != int64(n.cap):
-				return fmt.Errorf("port %s VL %d: %d in hand + %d returning + %d buffered != %d",
-					n.g.PortName(topo.PortID(i)), v, n.cred[j], n.ret[j].pending(), occ, n.cap)
-			}
-		}
-	}
-	return nil
 }

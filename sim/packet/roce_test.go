@@ -130,7 +130,7 @@ func TestPFCLossless(t *testing.T) {
 		t.Errorf("%d packets dropped, %d bytes lost, %d discarded; want none with the headroom PFC needs", res.Drops, res.Lost, res.Discards)
 	}
 	var maxCap int32
-	for _, c := range m.n.pcap {
+	for _, c := range roceOf(t, m.n).pcap {
 		maxCap = max(maxCap, c)
 	}
 	if res.MaxBuffer <= int64(fabric.Defaults.PFCXoff) || res.MaxBuffer > int64(maxCap) {
@@ -245,8 +245,9 @@ func TestDCQCN(t *testing.T) {
 	// The senders' rates after the incast, and as their timers run on.
 	end := m.sim.Now()
 	limited := 0
-	for i := range m.n.rps {
-		r := m.n.rps[i]
+	rps := roceOf(t, m.n).rps
+	for i := range rps {
+		r := rps[i]
 		line := float64(m.n.ports[m.n.qps[i].port].rate)
 		if r.cut < 0 {
 			t.Errorf("QP %d never got a CNP", i)
@@ -257,7 +258,7 @@ func TestDCQCN(t *testing.T) {
 		}
 		prev := r.rc
 		for at := end; at <= end+100*des.Millisecond; at += 5 * des.Millisecond {
-			m.n.advance(&r, line, at)
+			r.advance(&m.n.p.DCQCN, line, at)
 			if r.rc < prev {
 				t.Errorf("QP %d: rate fell from %.3g to %.3g b/s with no CNP", i, prev, r.rc)
 			}
@@ -295,47 +296,47 @@ func TestDCQCNReactionPoint(t *testing.T) {
 	}
 	r := rpState{rc: line, rt: line, alpha: 1, cut: -1}
 	t0 := 100 * des.Microsecond
-	n.cut(&r, line, t0)
+	r.decrease(&d, line, t0)
 	near("first cut: Rc", r.rc, line/2)
 	near("first cut: Rt", r.rt, line)
 	near("first cut: α", r.alpha, 1)
-	n.cut(&r, line, t0+des.Microsecond) // less than K: α not decayed
+	r.decrease(&d, line, t0+des.Microsecond) // less than K: α not decayed
 	near("second cut: Rc", r.rc, line/4)
 	near("second cut: Rt", r.rt, line/2)
 	t1 := t0 + des.Microsecond
 	// F stages of fast recovery.
-	n.advance(&r, line, t1+des.Time(d.FastStages)*d.RateTimer)
+	r.advance(&d, line, t1+des.Time(d.FastStages)*d.RateTimer)
 	want := line/2 - (line/2-line/4)/math.Pow(2, float64(d.FastStages))
 	near("after fast recovery: Rc", r.rc, want)
 	near("after fast recovery: Rt", r.rt, line/2)
 	// Additive increase.
-	n.advance(&r, line, t1+des.Time(d.FastStages+1)*d.RateTimer)
+	r.advance(&d, line, t1+des.Time(d.FastStages+1)*d.RateTimer)
 	near("additive increase: Rt", r.rt, line/2+d.RateAI)
 	near("additive increase: Rc", r.rc, (line/2+d.RateAI+want)/2)
 	// Hyper increase once the byte counter is past F too.
 	rt, rc := r.rt, r.rc
 	r.bc = int32(d.FastStages) + 1
 	r.t++
-	n.increase(&r, line)
+	r.increase(&d, line)
 	near("hyper increase: Rt", r.rt, rt+d.RateHAI)
 	near("hyper increase: Rc", r.rc, (rt+d.RateHAI+rc)/2)
 	// α decays by (1-g) per whole K since the last cut.
 	k := int64(7)
 	at := t1 + des.Time(k)*d.AlphaTimer + d.AlphaTimer/2
-	n.advance(&r, line, at)
+	r.advance(&d, line, at)
 	before := r.rc
-	n.cut(&r, line, at)
+	r.decrease(&d, line, at)
 	a := math.Pow(1-d.G, float64(k))
 	near("cut after 7 K: Rc", r.rc, before*(1-a/2))
 	near("cut after 7 K: α", r.alpha, (1-d.G)*a+d.G)
 	// The floor.
 	for i := range 60 {
-		n.cut(&r, line, at+des.Time(i+1)*des.Nanosecond)
+		r.decrease(&d, line, at+des.Time(i+1)*des.Nanosecond)
 	}
 	near("after many cuts: Rc", r.rc, d.MinRate)
 	// Back to line rate.
 	r = rpState{rc: line - d.RateAI*1.5, rt: line, alpha: 1, cut: 0, limited: true}
-	n.increase(&r, line)
+	r.increase(&d, line)
 	if r.limited || r.rc != line || r.rt != line {
 		t.Errorf("within R_AI of line rate: Rc %.6g, Rt %.6g, limited %v; want line rate, unlimited", r.rc, r.rt, r.limited)
 	}
@@ -354,15 +355,16 @@ func TestDCQCNPacing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.n.rps) != 1 {
-		t.Fatalf("%d QPs; want 1", len(m.n.rps))
+	rps := roceOf(t, m.n).rps
+	if len(rps) != 1 {
+		t.Fatalf("%d QPs; want 1", len(rps))
 	}
 	line := float64(m.n.ports[m.n.qps[0].port].rate)
 	// Cut at time 0 (twice: Rt = Rc = line/4), well before the first rate increase.
-	m.n.cut(&m.n.rps[0], line, 0)
-	m.n.cut(&m.n.rps[0], line, 0)
-	m.n.rps[0].rt = m.n.rps[0].rc
-	if rc := m.n.rps[0].rc; rc != line/4 {
+	rps[0].decrease(&m.n.p.DCQCN, line, 0)
+	rps[0].decrease(&m.n.p.DCQCN, line, 0)
+	rps[0].rt = rps[0].rc
+	if rc := rps[0].rc; rc != line/4 {
 		t.Fatalf("rate %g after two cuts; want %g", rc, line/4)
 	}
 	if err := m.run(time.Now()); err != nil {
@@ -560,7 +562,7 @@ func TestRoCERandomLoss(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m.n.check, m.n.dropP = true, 0.02
+			m.n.check, roceOf(t, m.n).dropP = true, 0.02
 			if err := m.run(time.Now()); err != nil {
 				t.Fatalf("case %d seed %d: %v", i, seed, err)
 			}

@@ -211,9 +211,7 @@ func build(cfg Config) (*model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n.roce {
-		n.initRPs()
-	}
+	n.ll.initQPs()
 	for _, f := range cfg.Failures {
 		if f.Link < 0 || int(f.Link) >= len(g.Links) {
 			return bad("failure of link %d: the topology has %d links", f.Link, len(g.Links))
@@ -283,11 +281,8 @@ func (m *model) result(cfg Config, wall time.Duration) *Result {
 	res := &Result{
 		Name: cfg.Name, Ranks: s.Ranks, Bytes: cfg.Bytes, Time: m.w.end,
 		Events: m.sim.Events(), Wall: wall, Packets: m.n.injectedPkts, Payload: m.n.injected,
-		NVLink: m.w.nvChunks, Lost: m.n.lost, LostPkts: m.n.lostPkts, LostWire: m.n.lostWire, MaxBuffer: int64(m.n.maxOcc) * int64(m.n.p.CreditUnit),
+		NVLink: m.w.nvChunks, Lost: m.n.lost, LostPkts: m.n.lostPkts, LostWire: m.n.lostWire, MaxBuffer: m.n.ll.maxBuffer(),
 		Factor: algo.BusFactor(s.Collective, s.Ranks), Discards: m.n.discards,
-	}
-	if m.n.roce {
-		res.MaxBuffer = int64(m.n.maxOcc) // bytes
 	}
 	res.Iters = m.w.iterEnd
 	if m.w.end > 0 {
@@ -344,25 +339,5 @@ func (n *Net) Verify() error {
 	if len(n.free) != len(n.pkts) {
 		return fmt.Errorf("packet: %d packets still held at the end: %w", len(n.pkts)-len(n.free), ErrDrop)
 	}
-	if n.roce {
-		return n.verifyRoCE()
-	}
-	for i := range n.ports {
-		op := &n.ports[i]
-		if !op.cabled {
-			continue
-		}
-		for v := range n.nv {
-			j := i*n.nv + v
-			if !n.q[j].empty() {
-				return fmt.Errorf("packet: port %s VL %d: %d packets left queued: %w", n.g.PortName(topo.PortID(i)), v, n.q[j].len(), ErrDrop)
-			}
-			got := int64(n.cred[j]) + n.ret[j].pending() + int64(n.occ[int(op.peer)*n.nv+v])
-			if got != int64(n.cap) || n.occ[int(op.peer)*n.nv+v] != 0 {
-				return fmt.Errorf("packet: port %s VL %d: %d credits in hand, %d returning, %d buffered at %s; want %d, %d, 0",
-					n.g.PortName(topo.PortID(i)), v, n.cred[j], n.ret[j].pending(), n.occ[int(op.peer)*n.nv+v], n.g.PortName(op.peer), n.cap, n.cap)
-			}
-		}
-	}
-	return nil
+	return n.ll.verify()
 }
