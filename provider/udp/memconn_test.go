@@ -17,8 +17,10 @@ import (
 // endpoint of rctest's seeded in-memory network (loss, duplication,
 // corruption, delay and reordering, all drawn from one seed, in sending
 // order). The network's virtual clock follows the wall clock, since the
-// devices' loops and engine timers do; a Send wakes the receiving loop if
-// it sleeps. The seed fixes which datagrams the network loses, duplicates
+// devices' loops and engine timers do; a sleeping loop wakes on its
+// endpoint's Notify (a datagram it can receive now), its read deadline, a
+// timer for the next delayed datagram, or a Send to it (which may have
+// brought the next delayed datagram forward). The seed fixes which datagrams the network loses, duplicates
 // or delays, counted in sending order; which datagrams are sent depends on
 // the goroutines' timing, so a seed replays the faults' pattern, not the
 // run.
@@ -103,7 +105,7 @@ func (n *memNet) kick(addr netip.AddrPort) {
 type memConn struct {
 	n     *memNet
 	ep    *rctest.Endpoint
-	wake  chan struct{} // a token: something arrived, or the deadline moved
+	wake  chan struct{} // a token: a Send to it, the deadline moved, or the conn closed
 	timer *time.Timer   // the loop's
 
 	mu       sync.Mutex
@@ -130,6 +132,7 @@ func (c *memConn) RecvBuffer() int           { return 4 << 20 }
 
 func (c *memConn) Send(msgs []message) (pkts, bytes int) {
 	c.n.now()
+	var last netip.AddrPort
 	for i := range msgs {
 		m := &msgs[i]
 		c.ep.Send(m.Addr, m.Buffers)
@@ -137,7 +140,10 @@ func (c *memConn) Send(msgs []message) (pkts, bytes int) {
 			bytes += len(b)
 		}
 		pkts += len(m.Buffers)
-		c.n.kick(m.Addr)
+		if m.Addr != last {
+			c.n.kick(m.Addr)
+			last = m.Addr
+		}
 	}
 	return pkts, bytes
 }
@@ -165,8 +171,8 @@ func (c *memConn) Recv(msgs []message, wait bool) (int, error) {
 		if k > 0 || !wait {
 			return k, nil
 		}
-		// Sleep until a Send to us, the deadline, or the next datagram's
-		// arrival (a delayed one).
+		// Sleep until a datagram arrives, the deadline, or the next
+		// delayed datagram's time (no one moves the clock meanwhile).
 		at := dl
 		if next, ok := c.ep.Next(); ok {
 			if t := c.n.start.Add(time.Duration(next)); at.IsZero() || t.Before(at) {
@@ -174,11 +180,15 @@ func (c *memConn) Recv(msgs []message, wait bool) (int, error) {
 			}
 		}
 		if at.IsZero() {
-			<-c.wake
+			select {
+			case <-c.ep.Notify():
+			case <-c.wake:
+			}
 			continue
 		}
 		c.timer.Reset(time.Until(at))
 		select {
+		case <-c.ep.Notify():
 		case <-c.wake:
 		case <-c.timer.C:
 		}
