@@ -125,9 +125,10 @@ func CheckParams(p Params) (Params, error) {
 	case p.CC == CCDCQCN && p.LinkLayer != LinkRoCE:
 		return bad("congestion control dcqcn needs link layer roce, not %v", p.LinkLayer)
 	case p.LinkLayer == LinkRoCE && p.Routing == RouteAdaptive:
-		// RoCE receivers here take packets in PSN order (go-back-N): every
-		// packet adaptive routing lets overtake another would count as a
-		// loss. NICs that place out of order (Spectrum-X) are not modelled.
+		// sim/packet's RoCE receivers take packets in PSN order
+		// (go-back-N): every packet adaptive routing lets overtake
+		// another would count as a loss. NICs that place out of order
+		// (Spectrum-X) are not modelled.
 		return bad("adaptive routing with link layer roce: the RoCE receivers are go-back-N and would take every overtaking for a loss; use dmodk or ecmp")
 	case p.PFCXoff < 1 || p.PFCXoff > 1<<29:
 		return bad("PFC Xoff %d bytes: want 1 B to 512 MiB", p.PFCXoff)

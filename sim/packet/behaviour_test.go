@@ -952,7 +952,7 @@ func TestConfigErrors(t *testing.T) {
 
 // TestParamsErrorsWrapErrConfig: ErrConfig is wrapped by errors about a
 // Config, and Params is part of the Config: fabric.CheckParams' errors and
-// newNet's buffer check (net.go) wrap it too, so that a caller can tell a
+// newIB's buffer check (ib.go) wrap it too, so that a caller can tell a
 // bad Params from a failed run with errors.Is.
 func TestParamsErrorsWrapErrConfig(t *testing.T) {
 	g := fatTreeK(t, 4)

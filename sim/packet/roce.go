@@ -314,9 +314,10 @@ func (l *roce) lost(id int32, pk *packet) {
 
 // deliver takes a packet's tail at the receiving NIC. RC takes packets in
 // PSN order: the expected one is delivered; a later one shows that one
-// was lost (or, with adaptive routing, overtaken), so it is discarded and
-// the receiver NAKs the one it expects (once until that arrives); an
-// earlier one is a duplicate, discarded. A marked packet makes the NIC
+// was lost (or overtaken, on a route a link failure changed: routes are
+// otherwise static per QP), so it is discarded and the receiver NAKs the
+// one it expects (once until that arrives); an earlier one is a
+// duplicate, discarded. A marked packet makes the NIC
 // send the sender a CNP (DCQCN).
 func (l *roce) deliver(id int32, pk *packet, in topo.PortID) {
 	n := l.n

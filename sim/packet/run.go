@@ -102,7 +102,7 @@ type Result struct {
 	Lost, LostPkts int64
 	LostWire       int64 // the bytes on the wire of those lost in the fabric (not the discarded)
 	// MaxBuffer is the fullest any input buffer got, bytes (never above
-	// Params.Buffer; with RoCE, above Xoff + headroom).
+	// Params.Buffer; with RoCE, never above the port's Xoff + headroom).
 	MaxBuffer int64
 	// Ports are the ports that sent (or with RoCE dropped, paused or sent
 	// PAUSE frames or CNPs), busiest first.

@@ -159,7 +159,7 @@ func TestAlphaBetaRing(t *testing.T) {
 // on 2 and 4 nodes. The same parameters at HDR give DGX A100's measured
 // 192 GB/s (8 × HDR), within 2%. Nothing here is fitted to these numbers:
 // the per-packet headers come from the IBA, chunk and slots from NCCL's
-// defaults, and the per-message overhead is an estimate (params.go).
+// defaults, and the per-message overhead is an estimate (fabric.Defaults).
 func TestBusBWBand(t *testing.T) {
 	s16, _ := algo.Generate(algo.AllReduce, algo.Ring, 16, 0, 1)
 	s32, _ := algo.Generate(algo.AllReduce, algo.Ring, 32, 0, 1)
