@@ -12,7 +12,7 @@ import (
 	"github.com/ibex-rdma/ibex/coll/reduce"
 )
 
-// SendRecvBench is BenchConfig.SendRecv's collective: nccl-tests'
+// SendRecvBench, as BenchConfig.Collective, runs nccl-tests'
 // sendrecv_perf, every rank sending to rank+1 and receiving from rank-1.
 const SendRecvBench = algo.Collective(0)
 
