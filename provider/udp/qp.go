@@ -156,9 +156,6 @@ func (q *qpDriver) encode(p *rc.Packet, wp *wire.Packet, buf []byte) ([]byte, er
 	return wire.AppendIB(buf, wp, &q.sendICRC)
 }
 
-// fromWire copies a decoded packet into the engine's form.
-func fromWire(wp *wire.Packet, p *rc.Packet) { rcwire.FromWire(wp, p) }
-
 // The rc.Host methods below run in the device loop.
 
 func (q *qpDriver) work(id uint64) *driver.SendWork { return &q.works[id%uint64(len(q.works))] }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/rc"
+	"github.com/ibex-rdma/ibex/rc/rcwire"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -111,7 +112,7 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, pkt *rc.Packet
 		d.ctrs.unknownQP.Add(1)
 		return
 	}
-	fromWire(wp, pkt)
+	rcwire.FromWire(wp, pkt)
 	if wp.BTH.AckReq && !wp.BTH.Opcode.Has(ib.MaskResponse) && (len(d.acks) == 0 || d.acks[len(d.acks)-1] != q) && len(d.acks) < cap(d.acks) {
 		d.acks = append(d.acks, q)
 	}

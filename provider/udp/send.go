@@ -82,7 +82,7 @@ func (d *device) drain(now int64, q *qpDriver, pkt *rc.Packet, wp *wire.Packet) 
 			d.hold(q, pkt, wp)
 			continue
 		}
-		if len(d.held) > 0 && ib.Opcode(pkt.Opcode).Has(ib.MaskResponse) {
+		if len(d.held) > 0 && pkt.Opcode.Has(ib.MaskResponse) {
 			// A READ response: the QP's earlier acknowledgements first
 			// (responses keep their order), the payload saved meanwhile.
 			pkt.Payload = d.scratch[:copy(d.scratch, pkt.Payload)]
@@ -141,7 +141,7 @@ func (d *device) release(q *qpDriver, wp *wire.Packet) {
 func (d *device) encode(q *qpDriver, pkt *rc.Packet, wp *wire.Packet, buf []byte) {
 	s := &d.tx
 	n := len(pkt.Payload)
-	hl := ib.Opcode(pkt.Opcode).HeaderLen()
+	hl := pkt.Opcode.HeaderLen()
 	if n > 0 && hl != ib.BTHLen && unsafe.SliceData(pkt.Payload) == &buf[:cap(buf)][ib.BTHLen] {
 		// Move the payload to where this opcode's headers end. It fits:
 		// headers of packets with payload are at most 32 bytes.
