@@ -543,7 +543,7 @@ func (e *engine) solveStep() (des.Time, error) {
 	var sub Flows
 	var t float64
 	for len(act) > 0 {
-		if e.failDue(e.now + des.Time(t*float64(des.Second))) {
+		if e.failDue(e.dueBy(t)) {
 			if err := e.reroute(act); err != nil {
 				return 0, err
 			}
@@ -558,8 +558,8 @@ func (e *engine) solveStep() (des.Time, error) {
 		for j, fi := range act {
 			dt = min(dt, e.left[fi]/e.rate[j])
 		}
-		if next := e.nextFailure(); next >= 0 {
-			dt = min(dt, max(next-t-e.now.Seconds(), 0))
+		if len(e.fail) > 0 {
+			dt = min(dt, e.untilFailure(e.fail[0], t))
 		}
 		t += dt
 		keep := act[:0]
@@ -594,12 +594,34 @@ func (e *engine) solveStep() (des.Time, error) {
 	return end, nil
 }
 
-// nextFailure is the time of the next failure in seconds, or -1.
-func (e *engine) nextFailure() float64 {
-	if len(e.fail) == 0 {
-		return -1
+// untilFailure is the time from t seconds into the step to failure f, in
+// seconds (0 if it is due).
+func (e *engine) untilFailure(f fabric.Failure, t float64) float64 {
+	return max(f.At.Seconds()-t-e.now.Seconds(), 0)
+}
+
+// dueBy is the time up to which failures are due t seconds into the step:
+// now plus t truncated to picoseconds, or a failure's own time if t has
+// reached it as solveStep counts (t + untilFailure == t). The two can
+// disagree: a failure at 61 ps is 6.1e-11 s after now = 0, t steps to
+// exactly that, and 6.1e-11 * 1e12 = 60.99999999999999 truncates to 60 ps.
+// Without the second test such a failure never applied and t never moved
+// (every later step to it is 0 or too small to change t), so solveStep
+// looped forever; with it, the failure applies at once. A run it changes
+// is one that hung: where the first test is false and the second true, t
+// cannot move while the failure is pending.
+func (e *engine) dueBy(t float64) des.Time {
+	now := e.now + des.Time(t*float64(des.Second))
+	for _, f := range e.fail {
+		if f.At <= now {
+			continue
+		}
+		if t+e.untilFailure(f, t) > t {
+			break
+		}
+		now = f.At
 	}
-	return e.fail[0].At.Seconds()
+	return now
 }
 
 // failDue applies the failures due by now; it says whether there were any.

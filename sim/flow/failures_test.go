@@ -2,6 +2,7 @@ package flow
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/sim/des"
@@ -107,4 +108,113 @@ func TestFailureHits(t *testing.T) {
 	if slow[fabric.RouteAdaptive] > slow[fabric.RouteDModK]+1e-9 {
 		t.Errorf("adaptive routing lost %.2f%%, D-mod-k %.2f%%", 100*slow[fabric.RouteAdaptive], 100*slow[fabric.RouteDModK])
 	}
+}
+
+// runWithin runs cfg and fails the test if it has not returned within
+// limit (the run's goroutine is then left spinning: the test binary
+// still reports the failure).
+func runWithin(t *testing.T, limit time.Duration, cfg Config) *Result {
+	t.Helper()
+	type out struct {
+		res *Result
+		err error
+	}
+	ch := make(chan out, 1)
+	go func() {
+		res, err := Run(cfg)
+		ch <- out{res, err}
+	}()
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		return o.res
+	case <-time.After(limit):
+		t.Fatalf("run did not end within %v: the clock stopped short of a pending failure", limit)
+		return nil
+	}
+}
+
+// TestFailureRoundingNoHang: solveStep steps its clock t (float seconds)
+// to the next failure by At - t - now, and applies a failure once now + t
+// truncated to picoseconds reaches At. For some times the two disagree: a
+// failure at 61 ps is 6.1e-11 s, and 6.1e-11 * 1e12 = 60.99999999999999
+// truncates to 60 ps, so the failure never applied while its time step
+// came out 0: Run looped forever. Here such failures land in the first
+// step (now 0) and, as reported, in a ring all_reduce with random
+// failures on a 2-SU SuperPOD (now > 0). Each run must end (within a
+// minute, not hang) with its failures applied: the link marked failed or
+// reuse resumed, and no faster than the same run without them.
+func TestFailureRoundingNoHang(t *testing.T) {
+	g := superpod(t, 1)
+	// The first failure times whose float seconds, times 1e12, truncate
+	// below them (61, 122, 123, ... ps).
+	var ats []des.Time
+	for at := des.Time(1); len(ats) < 4; at++ {
+		if des.Time(at.Seconds()*float64(des.Second)) < at {
+			ats = append(ats, at)
+		}
+	}
+	if ats[0] != 61 {
+		t.Fatalf("first failure time that truncates short: %v, want 61ps", ats[0])
+	}
+	// 16 GPUs on two hosts, each sending to a GPU of another rail on the
+	// other host from its own NIC, through a spine: one step of a few
+	// microseconds. The failure is of a leaf-spine cable it uses.
+	cfg := Config{Graph: g, Phases: []Phase{{Schedule: shift(16, 9), Bytes: 1 << 20}}, LocalNIC: true}
+	base := runWithin(t, time.Minute, cfg)
+	var l topo.LinkID = topo.NoLink
+	for _, ps := range base.Ports {
+		if ps.Tier == topo.LinkLeafSpine {
+			l = g.Ports[ps.Port].Link
+			break
+		}
+	}
+	if l == topo.NoLink {
+		t.Fatal("no leaf-spine traffic")
+	}
+	for _, at := range ats {
+		cfg.Failures = []fabric.Failure{{At: at, Link: l}}
+		res := runWithin(t, time.Minute, cfg)
+		t.Logf("%s fails at %v: %v, without the failure %v", g.LinkName(l), at, res.Time, base.Time)
+		if res.Time < base.Time {
+			t.Errorf("failure at %v: %v, faster than %v without it", at, res.Time, base.Time)
+		}
+		if !failed(g, res, l) {
+			t.Errorf("failure at %v: %s not marked failed", at, g.LinkName(l))
+		}
+	}
+
+	// The report: 2 SUs, 5 failures in 50 µs (seed 4), ring all_reduce of
+	// 64 MiB over 64 ranks: in the step begun at 31.358180 µs, t reached
+	// 1606287.9999999 ps, 1 ps short of the failure at 32.964468 µs.
+	g2 := superpod(t, 2)
+	fs, err := RandomFailures(g2, 5, 50*des.Microsecond, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := algo.Generate(algo.AllReduce, algo.Ring, 64, 0, 1)
+	cfg = Config{Graph: g2, Phases: []Phase{{Schedule: s, Bytes: 64 << 20}}}
+	base = runWithin(t, time.Minute, cfg)
+	cfg.Failures = fs
+	res := runWithin(t, time.Minute, cfg)
+	t.Logf("ring all_reduce 64 ranks on 2 SUs: %v, with failures %v: %v", base.Time, fs, res.Time)
+	if res.Time < base.Time {
+		t.Errorf("failures made it faster: %v < %v", res.Time, base.Time)
+	}
+	// Steps reuse solutions only once no failure is pending: all applied.
+	if res.Reused == 0 {
+		t.Errorf("no step reused after the last failure at %v: failures still pending at the end (%d steps)", fs[len(fs)-1].At, res.Steps)
+	}
+}
+
+// failed says whether res marks link l failed (false if l carried nothing).
+func failed(g *topo.Graph, res *Result, l topo.LinkID) bool {
+	for _, ps := range res.Ports {
+		if g.Ports[ps.Port].Link == l {
+			return ps.Failed
+		}
+	}
+	return false
 }
