@@ -10,8 +10,11 @@
 //     through ICRC) between addresses, applying the Faults of the
 //     network: loss, duplication, delay and reordering, corruption and
 //     partitions, all drawn from one seed. Endpoint's batch Send and Recv
-//     have the shape of a UDP socket's sendmmsg and recvmmsg, so a provider
-//     that owns its transport can run over the same faulty network.
+//     have the shape of a UDP socket's sendmmsg and recvmmsg, and Notify
+//     wakes a blocked receiver, so a provider that owns its transport can
+//     run over the same faulty network. With Faults.Hold a script decides
+//     what arrives (Deliver, Drop, Duplicate), and Tap shows every datagram
+//     sent and what became of it.
 //   - Host is an rc.Host over one flat memory. It logs completions and
 //     flags every call the engine should not have made (a completion out of
 //     order or twice, bytes outside a checked remote range or a request's

@@ -65,7 +65,61 @@ type Network struct {
 	eps    map[netip.AddrPort]*Endpoint
 	held   []Datagram
 	free   [][]byte // datagram buffers to reuse
+	tap    func(d *Datagram, f Fate)
+	taps   []tapEvent // for tap, when the lock is released
 	stats  NetStats
+}
+
+type tapEvent struct {
+	d Datagram
+	f Fate
+}
+
+// Fate is what a Network did with a datagram sent.
+type Fate uint8
+
+// Fates.
+const (
+	Queued      Fate = iota // on its way, to arrive at d.At
+	Held                    // held (Faults.Hold) for Deliver, Drop or Duplicate
+	Lost                    // lost at random (Faults.Loss)
+	Partitioned             // lost to a partition
+	Unroutable              // sent to an address with no endpoint
+)
+
+func (f Fate) String() string {
+	return [...]string{"queued", "held", "lost", "partitioned", "unroutable"}[f]
+}
+
+// Tap has fn called for every copy of a datagram the network queues or
+// holds (a corrupted copy as corrupted, a duplicate twice) and for every
+// datagram it loses (with ID 0), after the Send that sent it, with a copy
+// of the datagram. A Tap is for tests that print or count traffic; it
+// costs a copy of every datagram.
+func (n *Network) Tap(fn func(d *Datagram, f Fate)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.tap = fn
+}
+
+// note records d for the tap; n.mu is held.
+func (n *Network) note(d *Datagram, f Fate) {
+	if n.tap != nil {
+		c := *d
+		c.Data = slices.Clone(d.Data)
+		n.taps = append(n.taps, tapEvent{c, f})
+	}
+}
+
+// runTap calls the tap for what was noted; n.mu is not held.
+func (n *Network) runTap() {
+	n.mu.Lock()
+	fn, ev := n.tap, n.taps
+	n.taps = nil
+	n.mu.Unlock()
+	for i := range ev {
+		fn(&ev[i].d, ev[i].f)
+	}
 }
 
 // NewNetwork returns a network at time 0 whose faults are drawn from seed.
@@ -193,23 +247,28 @@ func (n *Network) heldIndex(id uint64) int {
 // send applies the faults to one datagram; n.mu is held.
 func (n *Network) send(from, to netip.AddrPort, b []byte) {
 	n.stats.Sent++
+	lost := Datagram{From: from, To: to, Data: b}
 	dst := n.eps[to]
 	if dst == nil {
 		n.stats.Unroutable++
+		n.note(&lost, Unroutable)
 		return
 	}
 	if n.cut {
 		n.stats.Partitioned++
+		n.note(&lost, Partitioned)
 		return
 	}
 	for _, w := range n.f.Partitions {
 		if n.now >= w.From && n.now < w.To {
 			n.stats.Partitioned++
+			n.note(&lost, Partitioned)
 			return
 		}
 	}
 	if n.f.Loss > 0 && n.rng.Float64() < n.f.Loss {
 		n.stats.Lost++
+		n.note(&lost, Lost)
 		return
 	}
 	copies := 1
@@ -226,12 +285,14 @@ func (n *Network) send(from, to netip.AddrPort, b []byte) {
 		}
 		if n.f.Hold {
 			n.held = append(n.held, d)
+			n.note(&d, Held)
 			continue
 		}
 		d.At = n.now + n.f.MinDelay
 		if n.f.Jitter > 0 {
 			d.At += n.rng.Int64N(n.f.Jitter + 1)
 		}
+		n.note(&d, Queued)
 		dst.arrive(d)
 	}
 }
@@ -262,9 +323,13 @@ func (e *Endpoint) Addr() netip.AddrPort { return e.addr }
 // the network loses is lost silently, as with UDP.
 func (e *Endpoint) Send(to netip.AddrPort, pkts [][]byte) {
 	e.n.mu.Lock()
-	defer e.n.mu.Unlock()
 	for _, b := range pkts {
 		e.n.send(e.addr, to, b)
+	}
+	tap := len(e.n.taps) > 0
+	e.n.mu.Unlock()
+	if tap {
+		e.n.runTap()
 	}
 }
 

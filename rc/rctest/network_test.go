@@ -269,3 +269,22 @@ func TestNotify(t *testing.T) {
 		t.Fatalf("the waiting receiver got %d of 100", len(got))
 	}
 }
+
+func TestTap(t *testing.T) {
+	n := NewNetwork(1, Faults{Loss: 0.5, Dup: 0.5})
+	a, _ := n.Endpoint(addrA), n.Endpoint(addrB)
+	count := map[Fate]int{}
+	n.Tap(func(d *Datagram, f Fate) {
+		count[f]++
+		if (f != Queued && f != Held) != (d.ID == 0) || d.From != addrA || len(d.Data) != len("datagram 0000") {
+			t.Errorf("tapped %v: %+v", f, d)
+		}
+		n.Stats() // the tap may call the network
+	})
+	a.Send(addrB, datagrams(1000))
+	a.Send(netip.MustParseAddrPort("10.0.0.3:4791"), datagrams(1))
+	s := n.Stats()
+	if uint64(count[Lost]) != s.Lost || uint64(count[Queued]) != s.Sent-s.Lost-1+s.Duplicated || count[Unroutable] != 1 {
+		t.Errorf("tapped %v, stats %+v", count, s)
+	}
+}
