@@ -389,8 +389,8 @@ func (h *Host) RemoteWrite(rkey uint32, va uint64, src []byte) bool {
 func (h *Host) RemoteRead(rkey uint32, va uint64, dst []byte) bool {
 	n := uint64(len(dst))
 	checked := false
-	for i := range min(h.nreads, len(h.reads)) {
-		if h.reads[i].holds(rkey, va, n) {
+	for i := range min(h.nreads, len(h.reads)) { // newest first
+		if h.reads[(h.nreads-1-i)%len(h.reads)].holds(rkey, va, n) {
 			checked = true
 			break
 		}

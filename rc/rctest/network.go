@@ -2,10 +2,12 @@ package rctest
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Faults is how a Network misbehaves. The zero value is a perfect network:
@@ -59,7 +61,7 @@ type Network struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	f      Faults
-	now    int64
+	now    atomic.Int64 // written with mu held
 	cut    bool
 	nextID uint64
 	eps    map[netip.AddrPort]*Endpoint
@@ -135,24 +137,24 @@ func (n *Network) Endpoint(addr netip.AddrPort) *Endpoint {
 		panic("rctest: two endpoints at " + addr.String())
 	}
 	e := &Endpoint{n: n, addr: addr, ready: make(chan struct{}, 1)}
+	e.head.Store(math.MaxInt64)
 	n.eps[addr] = e
 	return e
 }
 
 // Now returns the network's time.
-func (n *Network) Now() int64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.now
-}
+func (n *Network) Now() int64 { return n.now.Load() }
 
 // Advance moves the clock to t; an earlier t changes nothing.
 func (n *Network) Advance(t int64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.now = max(n.now, t)
+	if t <= n.now.Load() {
+		return
+	}
+	n.now.Store(t)
 	for _, e := range n.eps {
-		if len(e.q) > 0 && e.q[0].At <= n.now {
+		if len(e.q) > 0 && e.q[0].At <= t {
 			e.signal()
 		}
 	}
@@ -204,7 +206,7 @@ func (n *Network) Deliver(id uint64) bool {
 	}
 	d := n.held[i]
 	n.held = slices.Delete(n.held, i, i+1)
-	d.At = n.now
+	d.At = n.now.Load()
 	n.eps[d.To].arrive(d)
 	return true
 }
@@ -260,7 +262,7 @@ func (n *Network) send(from, to netip.AddrPort, b []byte) {
 		return
 	}
 	for _, w := range n.f.Partitions {
-		if n.now >= w.From && n.now < w.To {
+		if now := n.now.Load(); now >= w.From && now < w.To {
 			n.stats.Partitioned++
 			n.note(&lost, Partitioned)
 			return
@@ -288,7 +290,7 @@ func (n *Network) send(from, to netip.AddrPort, b []byte) {
 			n.note(&d, Held)
 			continue
 		}
-		d.At = n.now + n.f.MinDelay
+		d.At = n.now.Load() + n.f.MinDelay
 		if n.f.Jitter > 0 {
 			d.At += n.rng.Int64N(n.f.Jitter + 1)
 		}
@@ -311,7 +313,8 @@ func (n *Network) clone(b []byte) []byte {
 type Endpoint struct {
 	n     *Network
 	addr  netip.AddrPort
-	q     []Datagram // arriving: a min-heap on (At, ID)
+	q     []Datagram   // arriving: a min-heap on (At, ID)
+	head  atomic.Int64 // q[0].At, or math.MaxInt64: Recv's lock-free look
 	ready chan struct{}
 }
 
@@ -322,6 +325,9 @@ func (e *Endpoint) Addr() netip.AddrPort { return e.addr }
 // the network's current time. It copies the bytes and never blocks; what
 // the network loses is lost silently, as with UDP.
 func (e *Endpoint) Send(to netip.AddrPort, pkts [][]byte) {
+	if len(pkts) == 0 {
+		return
+	}
 	e.n.mu.Lock()
 	for _, b := range pkts {
 		e.n.send(e.addr, to, b)
@@ -339,10 +345,14 @@ func (e *Endpoint) Send(to netip.AddrPort, pkts [][]byte) {
 // sender in from[i] (from may be nil). It returns how many it received, 0
 // if none has arrived; it never blocks.
 func (e *Endpoint) Recv(bufs [][]byte, sizes []int, from []netip.AddrPort) int {
+	if e.head.Load() > e.n.now.Load() {
+		return 0 // nothing has arrived (a stale look only delays to the next call)
+	}
 	e.n.mu.Lock()
 	defer e.n.mu.Unlock()
 	k := 0
-	for ; k < len(bufs) && len(e.q) > 0 && e.q[0].At <= e.n.now; k++ {
+	now := e.n.now.Load()
+	for ; k < len(bufs) && len(e.q) > 0 && e.q[0].At <= now; k++ {
 		d := e.pop()
 		sizes[k] = copy(bufs[k], d.Data)
 		if from != nil {
@@ -372,6 +382,9 @@ func (e *Endpoint) Next() (int64, bool) {
 func (e *Endpoint) Notify() <-chan struct{} { return e.ready }
 
 func (e *Endpoint) signal() {
+	if len(e.ready) > 0 {
+		return // a signal is pending already
+	}
 	select {
 	case e.ready <- struct{}{}:
 	default:
@@ -380,7 +393,7 @@ func (e *Endpoint) signal() {
 
 // arrive queues d; e.n.mu is held.
 func (e *Endpoint) arrive(d Datagram) {
-	if d.At <= e.n.now {
+	if d.At <= e.n.now.Load() {
 		e.signal()
 	}
 	e.q = append(e.q, d)
@@ -392,6 +405,7 @@ func (e *Endpoint) arrive(d Datagram) {
 		e.q[i], e.q[p] = e.q[p], e.q[i]
 		i = p
 	}
+	e.head.Store(e.q[0].At)
 }
 
 // pop removes the earliest datagram; e.n.mu is held.
@@ -414,6 +428,11 @@ func (e *Endpoint) pop() Datagram {
 		}
 		e.q[i], e.q[m] = e.q[m], e.q[i]
 		i = m
+	}
+	if last > 0 {
+		e.head.Store(e.q[0].At)
+	} else {
+		e.head.Store(math.MaxInt64)
 	}
 	return d
 }
