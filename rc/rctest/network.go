@@ -189,7 +189,8 @@ func (n *Network) Stats() NetStats {
 }
 
 // Held returns the held datagrams (Faults.Hold) in sending order. Their
-// Data must not be modified.
+// Data is the network's: not to be modified, and valid until the datagram
+// is received or dropped.
 func (n *Network) Held() []Datagram {
 	n.mu.Lock()
 	defer n.mu.Unlock()
