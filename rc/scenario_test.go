@@ -11,8 +11,7 @@ package rc_test
 // about.
 //
 // A block is a command line, a line "----", and the output, up to a blank
-// line. Lines starting with # are comments; a first line "# skip: why"
-// skips the file (a known engine bug the scenario reproduces). Commands:
+// line. Lines starting with # are comments. Commands:
 //
 //	connect [mtu=N window=N timeout=N retry=N rnr_retry=N min_rnr=N rd_atomic=N min_rto=DUR psn_a=X psn_b=X]
 //	post a|b send|send_imm|write|write_imm|read|cmp_swap|fetch_add id=N [len=N addr=X rkey=X local=X imm=X compare=X swap=X add=X fence solicited]
@@ -128,10 +127,6 @@ func runScenario(t *testing.T, file string) {
 	text, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if why, ok := strings.CutPrefix(string(text), "# skip: "); ok {
-		first, _, _ := strings.Cut(why, "\n")
-		t.Skip(first)
 	}
 	blocks, tail, err := parseScript(string(text))
 	if err != nil {
