@@ -555,6 +555,12 @@ func (r *requester) rnr(now int64, p uint32, code uint8) {
 	if r.rnrUntil != 0 && p == r.retryPSN {
 		return // a duplicate RNR NAK for the wait under way
 	}
+	if ib.PSNDiff(p, r.una) < 0 {
+		// A stale copy for a request already acknowledged (the ACK range
+		// check lets una-1 through): nothing to rewind to, and honouring it
+		// would stop the retransmit timer with no request to restart it.
+		return
+	}
 	if r.c.cfg.RNRRetry != 7 {
 		if r.rnrLeft == 0 {
 			w := r.at(0)
