@@ -11,7 +11,11 @@ import (
 // each on the handle that wraps it.
 type providerSide struct{}
 
-func init() { hook.Verbs = providerSide{} }
+func init() {
+	hook.Verbs = providerSide{}
+	hook.ExecuteLocal = executeLocal
+	hook.QPDestroyed = (*QP).destroyedFast
+}
 
 func (providerSide) Register(p any) { register(p.(providerBinding)) }
 
@@ -39,8 +43,6 @@ func (providerSide) RecvPosted(qp *QP) uint64 { return qp.recvPosted() }
 
 func (providerSide) AddStats(qp *QP, d QPStats) { qp.addStats(d) }
 
-func (providerSide) Destroyed(qp *QP) bool { return qp.destroyedFast() }
-
 func (providerSide) PDID(pd *PD) uint32 { return pd.id }
 
 func (providerSide) RemoteCheck(pd *PD, rkey uint32, va uint64, n uint64, need Access) error {
@@ -60,7 +62,3 @@ func (providerSide) RemoteAtomic(pd *PD, rkey uint32, va uint64, op Opcode, comp
 }
 
 func (providerSide) Region(mr *MR) *wq.Region { return &mr.reg }
-
-func (providerSide) ExecuteLocal(w *wq.SendWQE, req, resp *QP) wq.Outcome {
-	return executeLocal(w, req, resp)
-}

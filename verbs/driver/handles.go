@@ -18,17 +18,19 @@ type verbsSide interface {
 	RecvComplete(qp *verbs.QP, rsn uint64, st verbs.WCStatus, byteLen uint32, imm uint32, hasImm, write bool, srcQP uint32) bool
 	RecvPosted(qp *verbs.QP) uint64
 	AddStats(qp *verbs.QP, d verbs.QPStats)
-	Destroyed(qp *verbs.QP) bool
 	PDID(pd *verbs.PD) uint32
 	RemoteCheck(pd *verbs.PD, rkey uint32, va uint64, n uint64, need verbs.Access) error
 	RemoteWrite(pd *verbs.PD, rkey uint32, va uint64, src []byte) bool
 	RemoteRead(pd *verbs.PD, rkey uint32, va uint64, dst []byte) bool
 	RemoteAtomic(pd *verbs.PD, rkey uint32, va uint64, op verbs.Opcode, compareAdd, swap uint64) (uint64, bool)
 	Region(mr *verbs.MR) *wq.Region
-	ExecuteLocal(w *wq.SendWQE, req, resp *verbs.QP) wq.Outcome
 }
 
-var v = hook.Verbs.(verbsSide)
+var (
+	v            = hook.Verbs.(verbsSide)
+	executeLocal = hook.ExecuteLocal.(func(w *wq.SendWQE, req, resp *verbs.QP) wq.Outcome)
+	qpDestroyed  = hook.QPDestroyed.(func(qp *verbs.QP) bool)
+)
 
 // Context is the provider's handle on an opened verbs.Context. It has the
 // application's methods (Name, QueryDevice, ...) and PostEvent.
@@ -93,7 +95,7 @@ func (h QP) AddStats(d verbs.QPStats) { v.AddStats(h.QP, d) }
 
 // Destroyed reports, without a lock, whether the application destroyed
 // the QP: a provider stops delivering to it.
-func (h QP) Destroyed() bool { return v.Destroyed(h.QP) }
+func (h QP) Destroyed() bool { return qpDestroyed(h.QP) }
 
 // PD is the provider's handle on a verbs.PD: the responder's checks and
 // accesses, with the same key, PD, access and bounds rules as ExecuteLocal.
@@ -153,5 +155,5 @@ func (h MR) Slice(addr uint64, n uint64) ([]byte, bool) { return v.Region(h.MR).
 // whose QPs share memory with their peers (loopback); a responder error
 // moves resp to ERR, as a real responder does.
 func ExecuteLocal(w *SendWQE, req, resp QP) Outcome {
-	return v.ExecuteLocal(w, req.QP, resp.QP)
+	return executeLocal(w, req.QP, resp.QP)
 }

@@ -9,3 +9,9 @@ package hook
 // Verbs is verbs' provider side; set once by package verbs before any
 // other package's init runs.
 var Verbs any
+
+// ExecuteLocal and QPDestroyed are the two hooks on a data path (an
+// in-process provider calls them for every request): plain functions,
+// which verbs/driver asserts to their func types, so a call costs one
+// indirect call rather than an interface dispatch and a wrapper.
+var ExecuteLocal, QPDestroyed any

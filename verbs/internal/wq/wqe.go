@@ -34,7 +34,7 @@ func (w *SendWQE) Cursor() Cursor {
 	if w.IsInline() {
 		return Flat(w.Inline[:w.Length])
 	}
-	return List(w.SGE, w.MRs, 0)
+	return Cursor{sge: w.SGE, rs: w.MRs}
 }
 
 // CopyTo copies the request into s; it allocates nothing once s is Init.
