@@ -24,6 +24,8 @@
 //
 // The object model, the QP state machine, the queues, completion and flush
 // rules, key checks and the responder rules live here, shared by every
-// provider; a provider (provider/loopback, ...) supplies only the transport
-// through the Driver and QPDriver interfaces in provider.go.
+// provider; a provider (provider/loopback, ...) supplies only the transport.
+// What a provider implements, and the hooks it is given, are package
+// verbs/driver: nothing in this package lets an application complete, fail
+// or reach into a QP the way its transport does.
 package verbs
