@@ -63,6 +63,11 @@ type batchConn interface {
 	// called from any goroutine.
 	SetReadDeadline(t time.Time) error
 
+	// SourcePorts reports whether Send honours message.SrcPort (a conn
+	// that writes its own UDP headers: AF_XDP). A socket sends every
+	// datagram from the port it is bound to.
+	SourcePorts() bool
+
 	// Close releases the socket; the device closes it once its loop has
 	// ended.
 	Close() error
@@ -77,6 +82,17 @@ type message struct {
 	Addr    netip.AddrPort // Send: the peer; Recv: the source
 	N       int            // Recv: bytes received; 0 for a message to drop (empty, truncated, or from an address that does not parse)
 	Seg     int            // Recv: the size of its datagrams (N when it holds one)
+
+	// Send: the UDP source port of the datagrams (the QP's entropy port,
+	// as rxe picks it) if the conn's SourcePorts; 0 or a conn without
+	// SourcePorts: the port the conn is bound to. The ICRC covers it.
+	SrcPort uint16
+	// Recv: the IPv4 identification of the datagram(s), if the conn saw
+	// the IP header (AF_XDP); the ICRC is then checked against it, all 32
+	// bits. -1: unknown (a socket), and the ICRC is checked for any ID.
+	ID int32
+	// Recv: the IP header's ECN field was CE (Congestion Experienced).
+	CE bool
 }
 
 // groSlot is the receive buffer a message needs with gro: a

@@ -192,6 +192,7 @@ func (s *sockIO) BatchSize() int                    { return txCap }
 func (s *sockIO) Offload() (gso, gro bool)          { return s.gso, s.gro }
 func (s *sockIO) SetReadDeadline(t time.Time) error { return s.conn.SetReadDeadline(t) }
 func (s *sockIO) Close() error                      { return s.conn.Close() }
+func (s *sockIO) SourcePorts() bool                  { return false }
 
 // RecvBuffer reads the socket's receive buffer size.
 func (s *sockIO) RecvBuffer() int {
@@ -392,7 +393,7 @@ func (s *sockIO) readBatch(uintptr) bool {
 func (s *sockIO) message(i int, m *message) {
 	h := &s.rhdrs[i]
 	n := int(h.Len)
-	m.N, m.Seg, m.Addr = 0, 0, netip.AddrPort{}
+	m.N, m.Seg, m.Addr, m.ID, m.CE = 0, 0, netip.AddrPort{}, -1, false
 	if h.Hdr.Flags&unix.MSG_TRUNC != 0 || n > len(m.Buffers[0]) {
 		return
 	}

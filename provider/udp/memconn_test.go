@@ -166,7 +166,7 @@ func (c *memConn) Recv(msgs []message, wait bool) (int, error) {
 		c.n.now()
 		k := c.ep.Recv(c.bufs[:len(msgs)], c.sizes, c.from)
 		for i := range k {
-			msgs[i].N, msgs[i].Seg, msgs[i].Addr = c.sizes[i], c.sizes[i], c.from[i]
+			msgs[i].N, msgs[i].Seg, msgs[i].Addr, msgs[i].ID, msgs[i].CE = c.sizes[i], c.sizes[i], c.from[i], -1, false
 		}
 		if k > 0 || !wait {
 			return k, nil
@@ -203,6 +203,8 @@ func (c *memConn) SetReadDeadline(t time.Time) error {
 	c.kick()
 	return nil
 }
+
+func (c *memConn) SourcePorts() bool { return false }
 
 func (c *memConn) Close() error {
 	c.mu.Lock()
