@@ -192,7 +192,7 @@ func (s *sockIO) BatchSize() int                    { return txCap }
 func (s *sockIO) Offload() (gso, gro bool)          { return s.gso, s.gro }
 func (s *sockIO) SetReadDeadline(t time.Time) error { return s.conn.SetReadDeadline(t) }
 func (s *sockIO) Close() error                      { return s.conn.Close() }
-func (s *sockIO) SourcePorts() bool                  { return false }
+func (s *sockIO) SourcePorts() bool                 { return false }
 
 // RecvBuffer reads the socket's receive buffer size.
 func (s *sockIO) RecvBuffer() int {
