@@ -217,4 +217,12 @@ type Result struct {
 	TStdev   float64 `json:"t_stdev_us,omitempty"`
 	P99      float64 `json:"p99_us,omitempty"`
 	P999     float64 `json:"p99_9_us,omitempty"`
+	// Bandwidth tests: this process's CPU time (user+sys of every thread,
+	// getrusage) over the run of this size, per GB (10^9 B) moved, and as
+	// a percentage of one core. A passive server (write_bw, read_bw,
+	// atomic_bw) reports it only for a single size: its span is the
+	// client's whole sweep.
+	CPUSeconds float64 `json:"cpu_s,omitempty"`
+	CPUPerGB   float64 `json:"cpu_s_per_gb,omitempty"`
+	CPUPercent float64 `json:"cpu_percent_of_core,omitempty"`
 }

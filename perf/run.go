@@ -139,6 +139,12 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 		results = append(results, r)
 	}
 	var last oob.Report
+	// A passive bandwidth server (write_bw, read_bw, atomic_bw) works
+	// only through its provider while the client runs, which happens while
+	// it waits in the exchanges below: its CPU span is the whole sweep,
+	// reported when that is one size.
+	passive := s.server && !cfg.Test.Latency() && cfg.Test != SendBW
+	sweep := startCPU()
 	for _, size := range cfg.sizes() {
 		sctx, cancel := s.deadline(ctx)
 		err := s.conn.StartRun(sctx)
@@ -146,11 +152,16 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 		if err != nil {
 			return results, fmt.Errorf("perf: before size %d: %w", size, err)
 		}
+		span := startCPU()
 		r, ok, err := s.run(ctx, size)
+		use := span.used()
 		if err != nil {
 			return results, err
 		}
 		if ok {
+			if !cfg.Test.Latency() {
+				r.setCPU(use)
+			}
 			print(r)
 			last = oob.Report{Size: uint64(r.Bytes), Iters: uint64(r.Iters), BWPeak: r.BWPeak, BWAvg: r.BWAvg, MsgRateAvg: r.MsgRate}
 		}
@@ -172,16 +183,24 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 	}
 	rep, err := s.conn.Finish(fctx, last)
 	cancel()
+	use := sweep.used()
 	if err != nil {
 		return results, fmt.Errorf("perf: end of the test: %w", err)
 	}
 	if s.server && !printed && !cfg.Test.Latency() && rep.Size > 0 {
 		// A passive bandwidth server prints the client's report, as
 		// perftest's does.
-		print(Result{Test: cfg.Test.String(), Bytes: int(rep.Size), Iters: int(rep.Iters), BWPeak: rep.BWPeak,
-			BWAvg: rep.BWAvg, MsgRate: rep.MsgRateAvg, Unit: unit(cfg.Gbits)})
+		r := Result{Test: cfg.Test.String(), Bytes: int(rep.Size), Iters: int(rep.Iters), BWPeak: rep.BWPeak,
+			BWAvg: rep.BWAvg, MsgRate: rep.MsgRateAvg, Unit: unit(cfg.Gbits)}
+		if passive && len(cfg.sizes()) == 1 {
+			r.setCPU(use)
+		}
+		print(r)
 	}
 	fmt.Fprintln(w, rule)
+	for _, r := range results {
+		writeCPU(w, r)
+	}
 	return results, nil
 }
 
