@@ -17,7 +17,7 @@ import (
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
-const udpCaps = verbs.CapSameHost | verbs.CapOtherHosts | verbs.CapOrderedPlacement | verbs.CapProgressThread
+const udpCaps = verbs.CapSameHost | verbs.CapOtherHosts | verbs.CapOrderedPlacement
 
 var second struct {
 	once sync.Once
@@ -195,7 +195,7 @@ func TestModelCapsJSON(t *testing.T) {
 		}
 	}
 	b, _ := back.Transports["udp0"].MarshalJSON()
-	if want := `"caps":"SAME_HOST|OTHER_HOSTS|ORDERED_PLACEMENT|PROGRESS_THREAD"`; !strings.Contains(string(b), want) {
+	if want := `"caps":"SAME_HOST|OTHER_HOSTS|ORDERED_PLACEMENT"`; !strings.Contains(string(b), want) {
 		t.Errorf("udp0 entry %s: want %s", b, want)
 	}
 	if b, _ := (LinkModel{AlphaUs: 1}).MarshalJSON(); strings.Contains(string(b), "caps") {

@@ -107,7 +107,7 @@ func DefaultModel() Model {
 	return Model{
 		Transports: map[string]LinkModel{
 			"shm0":  {AlphaUs: 2.55, BetaNs: 0.217, Caps: verbs.CapSameHost | verbs.CapOneSided | verbs.CapOrderedPlacement | verbs.CapCompleteAtPost},
-			"udp0":  {AlphaUs: 268, BetaNs: 1.05, Caps: verbs.CapSameHost | verbs.CapOtherHosts | verbs.CapOrderedPlacement | verbs.CapProgressThread},
+			"udp0":  {AlphaUs: 268, BetaNs: 1.05, Caps: verbs.CapSameHost | verbs.CapOtherHosts | verbs.CapOrderedPlacement},
 			"loop0": {AlphaUs: 10, BetaNs: 0.24, Caps: verbs.CapOneSided | verbs.CapCompleteAtPost},
 		},
 		GammaNs: 0.0335,

@@ -439,6 +439,10 @@ func (s *session) pingPong(size int) (Result, error) {
 		if isWrite {
 			v := uint32(i%255 + 1)
 			for (inWord.Load()>>inShift)&0xff != v {
+				// A software device delivers in this goroutine
+				// (verbs.Context.Progress): a spin on memory alone
+				// would wait for the device's own goroutine.
+				s.vc.Progress()
 				if wd.expired() {
 					return fmt.Errorf("perf: no answer to message %d for %v: the peer stopped answering", i, c.Timeout)
 				}

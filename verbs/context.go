@@ -57,7 +57,8 @@ type Context struct {
 	name     string
 	provider string
 	bind     deviceBinding
-	dev      any // the provider's device, for its optional interfaces
+	dev      any        // the provider's device, for its optional interfaces
+	prog     progresser // dev, if it can progress in the caller's goroutine
 	attr     DeviceAttr
 
 	events  chan AsyncEvent
@@ -92,6 +93,7 @@ func Open(device string) (*Context, error) {
 				}
 				c.bind = b.(deviceBinding)
 				c.dev = c.bind.Device()
+				c.prog, _ = c.dev.(progresser)
 				c.attr = c.bind.DeviceAttr()
 				return c, nil
 			}
@@ -106,6 +108,23 @@ func Open(device string) (*Context, error) {
 
 // Name is the device name.
 func (c *Context) Name() string { return c.name }
+
+// Progress drives the device's transport in the calling goroutine, on a
+// device whose transport runs in software and can (shm0, udp0: see
+// driver.Progresser), as CQ.Poll does when it finds its CQ empty; on other
+// devices it does nothing. It never blocks and allocates nothing.
+//
+// A program that waits by spinning on memory — for the last byte of an
+// RDMA WRITE, as perftest's write_lat and NCCL's LL protocol wait —
+// calls it in that loop (UCX's ucp_worker_progress, libfabric's manual
+// progress). Without it the device's own goroutine delivers what arrives,
+// but only when it next looks, which may be a millisecond later while the
+// program also polls a CQ.
+func (c *Context) Progress() {
+	if c.prog != nil {
+		c.prog.Progress()
+	}
+}
 
 // Provider is the name of the provider that owns the device.
 func (c *Context) Provider() string { return c.provider }

@@ -48,6 +48,7 @@ type CQ struct {
 	notify  chan struct{}
 
 	progress progresser // the device, when it can progress in Poll
+	idle     idler      // the device, when it wants to hear that a poller sleeps
 }
 
 // CreateCQ creates a completion queue that holds depth completions. When a
@@ -63,6 +64,7 @@ func (c *Context) CreateCQ(depth int) (*CQ, error) {
 	}
 	cq := &CQ{ctx: c, id: randKey() & 0xffffff, depth: depth, ring: make([]WC, depth), notify: make(chan struct{}, 1)}
 	cq.progress, _ = c.dev.(progresser)
+	cq.idle, _ = c.dev.(idler)
 	return cq, nil
 }
 
@@ -122,6 +124,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		}
 		if over {
 			return cq.overflowErr()
+		}
+		if cq.idle != nil {
+			cq.idle.Idle() // this goroutine stops driving the device
 		}
 		select {
 		case <-cq.notify:

@@ -49,6 +49,9 @@ type (
 	progresser interface {
 		Progress()
 	}
+	idler interface {
+		Idle()
+	}
 )
 
 // A provider's QPDriver: Destroy plus exactly one of Execute or Issue, and

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/wire"
 )
@@ -32,13 +33,21 @@ type device struct {
 
 	mu       sync.Mutex // guards cmds and ctxs
 	cmds     []cmd
+	spare    []cmd         // the slice commands() swapped out, for reuse (owner only)
+	lastPoll atomic.Int64  // d.now() at the last Progress, 0: never or Idle since
+	kick     chan struct{} // wakes the progress goroutine from a nap (Idle, stopLoop)
 	ctxs     map[*opened]struct{}
 	pending  atomic.Bool // cmds is not empty
 	sleeping atomic.Bool
 	stop     atomic.Bool
 	done     chan struct{}
 
-	// Owned by the loop goroutine.
+	// Owned by whoever holds own: the progress goroutine, or a poster or
+	// poller running a pass (loop.go).
+	own    sync.Mutex
+	nap    *time.Timer // the progress goroutine's nap (its own)
+	pkt    rc.Packet
+	wp     wire.Packet
 	armed  int64     // the read deadline set (an engine deadline; 0: none; -1: unknown)
 	tx     txQueue   // datagrams to send
 	rx     []message // the receive batch, into buffers of the device's
@@ -58,6 +67,7 @@ type device struct {
 	nextTimer int64       // the earliest engine deadline at the last full pass
 	scanAll   bool        // visit every QP in the next transmit
 	held      []heldPkt   // acknowledgements of this transmit pass, see hold
+	deferAcks bool        // transmit leaves held for the next pass (run)
 	acks      []*qpDriver // QPs asked for an acknowledgement in the message being delivered
 	scratch   []byte
 }
@@ -65,7 +75,7 @@ type device struct {
 // startDevice opens the device's conn with listen and starts its loop.
 func startDevice(name string, addr netip.AddrPort, listen listenFunc) (*device, error) {
 	d := &device{name: name, addr: addr, start: time.Now(), ctxs: map[*opened]struct{}{},
-		done: make(chan struct{}), qps: map[uint32]*qpDriver{}, icrc: map[netip.AddrPort]*wire.ICRCPrefix{},
+		done: make(chan struct{}), kick: make(chan struct{}, 1), nap: time.NewTimer(time.Hour), qps: map[uint32]*qpDriver{}, icrc: map[netip.AddrPort]*wire.ICRCPrefix{},
 		idPre: map[netip.AddrPort]*[udpMaxSegs]wire.ICRCPrefix{}, touched: make([]*qpDriver, 0, 256),
 		held: make([]heldPkt, 0, 64), acks: make([]*qpDriver, 0, 64), scratch: make([]byte, maxDgram)}
 	conn, err := listen(addr, &d.ctrs)
@@ -105,6 +115,10 @@ func (d *device) dropContext() (last bool) {
 func (d *device) stopLoop() {
 	d.stop.Store(true)
 	_ = d.conn.SetReadDeadline(time.Now())
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
 	<-d.done
 	_ = d.conn.Close()
 }

@@ -119,10 +119,13 @@ func rxeFrames(t *testing.T, name string) []*rxeFrame {
 
 // testDevice is a device without a socket or progress loop: receive and
 // the command handlers run in the test's goroutine, as they would in the
-// loop's.
+// loop's. The test owns the device for good (own is held), so posts queue
+// their commands for runCmds instead of running them.
 func testDevice(addr netip.AddrPort) *device {
-	return &device{name: "rxe-interop", addr: addr, start: time.Now(), ctxs: map[*opened]struct{}{},
+	d := &device{name: "rxe-interop", addr: addr, start: time.Now(), ctxs: map[*opened]struct{}{},
 		done: make(chan struct{}), qps: map[uint32]*qpDriver{}, icrc: map[netip.AddrPort]*wire.ICRCPrefix{}}
+	d.own.Lock()
+	return d
 }
 
 // srcForm is a form in which the socket layer may report a datagram's

@@ -6,13 +6,16 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/verbs"
-	"github.com/ibex-rdma/ibex/wire"
 )
 
-// The progress loop: commands from application goroutines, timers and
-// transmission, receive, and sleep.
+// Progress: commands, timers and transmission, receive. One goroutine at a
+// time owns the device's engines and buffers (device.own): the application
+// goroutine that posts a request or polls a CQ of the device, when it can
+// take them (run to completion: it sends and receives the batch itself,
+// with no hand-off), or else the device's own progress goroutine, which
+// serves a process that does not poll — timers, acknowledgements, a
+// passive responder — and steps aside while somebody polls.
 
 type cmdKind uint8
 
@@ -32,56 +35,169 @@ type cmd struct {
 	attr verbs.QPAttr
 }
 
-// post queues a command for the loop and wakes it if it sleeps. The loop
-// sets sleeping and then looks at pending; post sets pending and then looks
-// at sleeping: one of them sees the other (the atomics are sequentially
-// consistent), so a command never waits for the loop's next wake-up.
+// pollGrace is how long after the last poll of one of its CQs the device's
+// own goroutine leaves the engines to the pollers; meanwhile it naps for
+// pollNap between looks (a Go timer sleeps at least about a millisecond on
+// Linux: measured 1.06–1.10 ms for any sleep up to 1 ms), and the pollers
+// run the timers. A poller that stops (it went to sleep on a completion
+// channel, or computes) hands the device back within pollGrace plus a
+// nap; an acknowledgement it deferred (run) leaves within a nap, well
+// inside the 2 ms lower bound of the peers' retransmit timeout.
+const (
+	pollGrace = 2 * time.Millisecond
+	pollNap   = 500 * time.Microsecond
+)
+
+// post queues a command and runs it at once if the device is free (the
+// posting goroutine then transmits what it caused); otherwise the owner
+// runs it before it lets go (unlock), or the progress goroutine, asleep in
+// Recv, is woken for it. The goroutine sets sleeping and then looks at
+// pending; post sets pending and then looks at sleeping: one of them sees
+// the other (the atomics are sequentially consistent).
 func (d *device) post(c cmd) {
 	d.mu.Lock()
 	d.cmds = append(d.cmds, c)
 	d.pending.Store(true)
 	d.mu.Unlock()
+	if !d.stop.Load() && d.own.TryLock() {
+		d.run(false)
+		d.unlock()
+		return
+	}
 	if d.sleeping.Load() {
 		_ = d.conn.SetReadDeadline(time.Now())
 	}
 }
 
+// Progress is driver.Progresser: verbs calls it when a CQ of the device is
+// found empty. The caller runs a pass — commands, due timers, a batch
+// received without waiting, and what the engines answer — in its own
+// goroutine. If the progress goroutine is asleep in Recv holding the
+// device, it is woken to hand it over; that costs the first poll only.
+func (drv *opened) Progress() { drv.dev.progress() }
+
+func (d *device) progress() {
+	if d.stop.Load() {
+		return
+	}
+	d.lastPoll.Store(d.now())
+	if !d.own.TryLock() {
+		if d.sleeping.Load() {
+			_ = d.conn.SetReadDeadline(time.Now())
+		}
+		return
+	}
+	d.run(true)
+	d.unlock()
+}
+
+// Idle is driver.Idler: a goroutine that polled a CQ of the device goes to
+// sleep on it (verbs.CQ.Wait), so the progress goroutine takes over now
+// rather than after pollGrace.
+func (drv *opened) Idle() {
+	d := drv.dev
+	if d.lastPoll.Load() != 0 {
+		d.lastPoll.Store(0)
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// unlock lets go of the device, first running the commands posted while it
+// was held by somebody who could not wait (see post).
+func (d *device) unlock() {
+	for {
+		d.own.Unlock()
+		if !d.pending.Load() || !d.own.TryLock() {
+			return
+		}
+		d.run(false)
+	}
+}
+
+// run is one pass: the commands posted, the due timers and what every
+// engine has to send, and with recv one batch received without waiting
+// and the engines' answers to it. The caller holds own.
+func (d *device) run(recv bool) (next int64) {
+	d.commands()
+	next = d.transmit(d.now(), &d.pkt, &d.wp)
+	if !recv {
+		return next
+	}
+	if n, _ := d.conn.Recv(d.rx, false); n > 0 {
+		d.deliver(n, &d.pkt, &d.wp)
+		// What the engines answer leaves now, but the acknowledgements
+		// wait for the next pass, which the caller starts in a moment —
+		// with the reply it posts to what it just received, if any, in
+		// the same system call (the ACK of a ping rides in the pong's
+		// super-datagram) — or else the progress goroutine, within
+		// pollGrace.
+		d.deferAcks = true
+		next = d.transmit(d.now(), &d.pkt, &d.wp)
+		d.deferAcks = false
+	}
+	return next
+}
+
+// commands applies the queued commands.
+func (d *device) commands() {
+	if !d.pending.Load() {
+		return
+	}
+	d.mu.Lock()
+	cmds := d.cmds
+	d.cmds = d.spare[:0]
+	d.pending.Store(false)
+	d.mu.Unlock()
+	for i := range cmds {
+		d.apply(&cmds[i])
+	}
+	clear(cmds)
+	d.spare = cmds[:0]
+}
+
+// polled reports whether a CQ of the device was polled within pollGrace.
+func (d *device) polled() bool {
+	t := d.lastPoll.Load()
+	return t != 0 && d.now()-t < int64(pollGrace)
+}
+
 // loop is the device's progress goroutine.
 func (d *device) loop() {
 	defer close(d.done)
-	var cmds []cmd
-	var pkt rc.Packet
-	var wp wire.Packet
+	d.own.Lock()
 	for !d.stop.Load() {
-		// Commands from application goroutines.
-		d.mu.Lock()
-		cmds, d.cmds = d.cmds, cmds[:0]
-		d.pending.Store(false)
-		d.mu.Unlock()
-		for i := range cmds {
-			d.apply(&cmds[i])
-		}
-		clear(cmds)
-
-		// Timers and transmission: every engine until it has nothing to
-		// send, so that what follows only a packet or a timer can wait.
-		next := d.transmit(d.now(), &pkt, &wp)
-
+		next := d.run(false)
 		if d.pending.Load() {
 			// More commands already: receive without waiting, and go on.
 			if n, _ := d.conn.Recv(d.rx, false); n > 0 {
-				d.deliver(n, &pkt, &wp)
+				d.deliver(n, &d.pkt, &d.wp)
 			}
+			continue
+		}
+		if d.polled() {
+			// Somebody polls: leave the device to them, and look again
+			// later.
+			d.unlock()
+			d.nap.Reset(pollNap)
+			select {
+			case <-d.nap.C:
+			case <-d.kick: // Idle, or stopLoop
+				d.nap.Stop()
+			}
+			d.own.Lock()
 			continue
 		}
 
 		// Receive, or sleep until a datagram, the next timer or a wake-up
-		// by post. The first read of a waiting Recv does not block: one
-		// system call serves a busy loop and a sleeping one alike (they
-		// cost 1.5 µs each in the VMs this was measured on).
+		// by post or a poller. The first read of a waiting Recv does not
+		// block: one system call serves a busy loop and a sleeping one
+		// alike (they cost 1.5 µs each in the VMs this was measured on).
 		d.arm(next)
 		d.sleeping.Store(true)
-		if d.pending.Load() || d.stop.Load() { // see post and stopLoop
+		if d.pending.Load() || d.stop.Load() || d.polled() { // see post, progress and stopLoop
 			d.sleeping.Store(false)
 			continue
 		}
@@ -94,16 +210,19 @@ func (d *device) loop() {
 			}
 		}
 		if n > 0 {
-			d.deliver(n, &pkt, &wp)
+			d.deliver(n, &d.pkt, &d.wp)
 			// Let the goroutines the completions woke run now, on this
 			// processor, before the loop's own sends: a reply they post
 			// then leaves with them, in the same sendmmsg.
+			d.unlock()
 			runtime.Gosched()
+			d.own.Lock()
 		}
 	}
 	for _, q := range d.qps {
 		q.eng = nil
 	}
+	d.own.Unlock()
 }
 
 // arm sets the conn's read deadline to the engine deadline next (0:
@@ -120,7 +239,7 @@ func (d *device) arm(next int64) {
 	d.armed = next
 }
 
-// apply runs one command in the loop.
+// apply runs one command.
 func (d *device) apply(c *cmd) {
 	q := c.q
 	switch c.kind {

@@ -38,7 +38,9 @@ func (d *device) transmit(now int64, pkt *rc.Packet, wp *wire.Packet) (next int6
 		d.ready[i] = nil
 	}
 	d.ready = d.ready[:0]
-	d.release(nil, wp)
+	if !d.deferAcks {
+		d.release(nil, wp)
+	}
 	d.tx.flush()
 	return d.nextTimer
 }

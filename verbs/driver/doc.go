@@ -24,7 +24,7 @@
 //
 // The optional interfaces (optional.go) are found by type assertion:
 // a Device may be a MemAllocator, MRPublisher, PortCounterReader or
-// Progresser; a QPDriver may be a StateNotifier or RecvNotifier.
+// Progresser (and Idler); a QPDriver may be a StateNotifier or RecvNotifier.
 //
 // # What verbs does for every provider
 //

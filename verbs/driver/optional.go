@@ -39,6 +39,14 @@ type Progresser interface {
 	Progress()
 }
 
+// Idler is a Progresser that hears when a goroutine stops polling: CQ.Wait
+// calls Idle before it blocks, so the device's own goroutine, which may
+// leave the device to its pollers for a while, takes over at once. It must
+// not block.
+type Idler interface {
+	Idle()
+}
+
 // StateNotifier is a QPDriver that hears about state changes: RTR and RTS
 // to start its engine, ERR and RESET to stop it. It is called after the
 // change, with no verbs lock held, with the attributes in force after it;
