@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -213,3 +214,34 @@ func (n *Netlink) Neighbour(ifindex int, ip netip.Addr) (mac [6]byte, ok bool, e
 }
 
 func nlmAlign(n int) int { return (n + 3) &^ 3 }
+
+// RxQueues is the number of RX queues interface name has in use (RX-only
+// plus combined channels, ETHTOOL_GCHANNELS), asked from the calling
+// thread's network namespace; 1 for a driver that does not say.
+func RxQueues(name string) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	var ch struct {
+		cmd, maxRx, maxTx, maxOther, maxCombined, rx, tx, other, combined uint32
+	}
+	ch.cmd = unix.ETHTOOL_GCHANNELS
+	var ifr struct {
+		name [unix.IFNAMSIZ]byte
+		data uintptr
+		_    [16]byte
+	}
+	copy(ifr.name[:unix.IFNAMSIZ-1], name)
+	ifr.data = uintptr(unsafe.Pointer(&ch))
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
+	runtime.KeepAlive(&ch)
+	switch e {
+	case 0:
+		return max(int(ch.rx+ch.combined), 1), nil
+	case unix.EOPNOTSUPP:
+		return 1, nil
+	}
+	return 0, fmt.Errorf("ETHTOOL_GCHANNELS %s: %w", name, e)
+}

@@ -77,7 +77,7 @@ type Stats struct {
 // Open opens the socket on cfg's interface and queue, loads the XDP
 // program and attaches it with a bpf_link (the kernel detaches it when
 // the process dies). Errors name the step that failed.
-func Open(cfg Config) (s *Socket, err error) {
+func Open(cfg Config) (*Socket, error) {
 	if cfg.Frames == 0 {
 		cfg.Frames = 4096
 	}
@@ -87,12 +87,14 @@ func Open(cfg Config) (s *Socket, err error) {
 	if cfg.Port == 0 {
 		return nil, errors.New("xsk: Port 0")
 	}
-	s = &Socket{fd: -1, efd: -1}
+	s := &Socket{fd: -1, efd: -1}
+	done := false
 	defer func() {
-		if err != nil {
-			s.Close()
+		if !done {
+			_ = s.Close()
 		}
 	}()
+	var err error
 	if s.fd, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
 		return nil, fmt.Errorf("AF_XDP socket: %w", err)
 	}
@@ -191,6 +193,7 @@ func Open(cfg Config) (s *Socket, err error) {
 	}
 	s.pfd[0] = unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN}
 	s.pfd[1] = unix.PollFd{Fd: int32(s.efd), Events: unix.POLLIN}
+	done = true
 	return s, nil
 }
 

@@ -119,7 +119,7 @@ func (p *provider) Open(name string, c driver.Context) (driver.Device, error) {
 	if d == nil {
 		listen := p.listen[name]
 		if listen == nil {
-			listen = listenUDP
+			listen = defaultListen(name) // AF_XDP or the UDP socket (xdp_linux.go)
 		}
 		var err error
 		if d, err = startDevice(name, addr, listen); err != nil {
