@@ -136,9 +136,9 @@ type xdpPeer struct {
 	lastErr atomic.Pointer[error]
 
 	// Owned by the device's holder.
-	flow      xsk.Flow
-	built     uint64 // the mac value flow was built from (0: none)
-	retry     int64  // Unix ns: resolve again no sooner (after a failure, or to refresh)
+	flow  xsk.Flow
+	built uint64 // the mac value flow was built from (0: none)
+	retry int64  // Unix ns: resolve again no sooner (after a failure, or to refresh)
 }
 
 // listenXDP opens the AF_XDP conn of a device bound to addr, or says why
