@@ -14,6 +14,7 @@
 # time ratio ompi/ibex). Needs root for the namespaces (the udp table is
 # skipped, saying so, without) and Open MPI (installed by
 # ../shared/bench/run-openmpi.sh when missing).
+# VETH_MTU sets the veth's MTU (default the kernel's, 1500).
 # Usage: bench/peers.sh [max_bytes=134217728] [shm|udp|both]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +64,10 @@ if [[ $which == udp || $which == both ]]; then
 	ip link add ${ns}x type veth peer name ${ns}y
 	ip link set ${ns}x netns ${ns}a
 	ip link set ${ns}y netns ${ns}b
+	if [[ -n ${VETH_MTU-} ]]; then
+		ip -n ${ns}a link set ${ns}x mtu "$VETH_MTU"
+		ip -n ${ns}b link set ${ns}y mtu "$VETH_MTU"
+	fi
 	ip -n ${ns}a addr add 10.81.0.1/24 dev ${ns}x
 	ip -n ${ns}b addr add 10.81.0.2/24 dev ${ns}y
 	for n in a b; do

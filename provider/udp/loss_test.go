@@ -63,7 +63,8 @@ const lossOutEnv = "IBEX_LOSS_GOODPUT_OUT"
 // ways (netimpair), and, when the impairment is nftables drops with a tbf
 // queue, once more with the drops removed but the queue kept; each
 // transfer a new random pattern, the lossless one and the lossy one read
-// back and compared.
+// back and compared. The veth's MTU is the kernel's unless
+// IBEX_TEST_VETH_MTU sets it.
 func TestNetnsLossGoodput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: three 256 MiB network-namespace transfers take tens of seconds")
@@ -82,6 +83,10 @@ func TestNetnsLossGoodput(t *testing.T) {
 	run(t, "ip", "link", "add", va, "type", "veth", "peer", "name", vb)
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", va).Run() })
 	run(t, "ip", "link", "set", vb, "netns", ns)
+	if m := os.Getenv("IBEX_TEST_VETH_MTU"); m != "" { // bench/ns-vs-peers.sh's VETH_MTU
+		run(t, "ip", "link", "set", va, "mtu", m)
+		run(t, "ip", "netns", "exec", ns, "ip", "link", "set", vb, "mtu", m)
+	}
 	run(t, "ip", "addr", "add", ipA+"/24", "dev", va)
 	run(t, "ip", "link", "set", va, "up")
 	run(t, "ip", "netns", "exec", ns, "ip", "addr", "add", ipB+"/24", "dev", vb)

@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Issue 17's goals, side by side in one run, between two network namespaces
+# joined by a veth pair (server in namespace a, client in b):
+#   latency:   ibex perf write_lat -s 8 (t_typical = median, 99% percentile)
+#              vs sockperf UDP ping-pong (-m $SOCKPERF_SIZE, half round trip,
+#              p50 and p99) in its default mode (blocking epoll) and its
+#              fastest here ($SOCKPERF_FAST: non-blocking sockets, recvfrom
+#              spun in user space);
+#   bandwidth: ibex perf write_bw -s 1M vs iperf3 TCP, one stream, MiB/s and
+#              CPU per GB: each tool's user+sys CPU time of both ends over the
+#              run (ibex: the CPU[s/GB] lines of client and server; iperf3:
+#              --json cpu_utilization_percent host_total + remote_total, x the
+#              duration, / GB received; GB = 10^9 B);
+#   all_reduce: bench/peers.sh's udp table (ibex coll, 2 ranks, one per
+#              namespace, 8 B to $ALLREDUCE_MAX) vs Open MPI TCP, which runs
+#              on loopback in one namespace (mpirun cannot span namespaces
+#              without ssh);
+#   loss:      provider/udp's BenchmarkNetnsLossGoodput: a 256 MiB WRITE
+#              between two namespaces of its own, bare and with 1% loss both
+#              ways (netimpair: netem, or nftables drops where the kernel has
+#              no netem, with the same tbf queue in the lossless baseline),
+#              checked intact; its veth gets the same MTU.
+# Then the goals with the ratios as issue 17 states them.
+#
+# Knobs (environment):
+#   IBEX_UDP_XDP   passed to every ibex process (off, on, auto; unset: the
+#                  provider's default); "both" runs each ibex row with on and
+#                  with off
+#   VETH_MTU       the veth's MTU, default 4200: the largest RoCEv2 datagram
+#                  of IB MTU 4096 is 4,188 B (IPv6 header, UDP, BTH, the
+#                  largest extension, ICRC; provider/udp/attr.go pathMTU)
+#   ALLREDUCE_MAX  largest all_reduce size, default 134217728 (128 MiB)
+#   LAT_ITERS, BW_ITERS, SECS   ibex -n for write_lat (20000) and write_bw
+#                  (3000 x 1 MiB), seconds of sockperf and iperf3 runs (4)
+#   SOCKPERF_SIZE (64; its minimum is 14), SOCKPERF_FAST ("--nonblocked")
+#   PARTS          which parts, default "lat bw coll loss"
+# Needs root (namespaces), sockperf, iperf3, jq (apt-get install sockperf
+# iperf3 jq) and Open MPI (bench/peers.sh installs it through
+# ../shared/bench/run-openmpi.sh). About 3 minutes with the defaults.
+# Usage: bench/ns-vs-peers.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mtu=${VETH_MTU:-4200}
+max=${ALLREDUCE_MAX:-134217728}
+lat_iters=${LAT_ITERS:-20000}
+bw_iters=${BW_ITERS:-3000}
+secs=${SECS:-4}
+sp_size=${SOCKPERF_SIZE:-64}
+sp_fast=${SOCKPERF_FAST:---nonblocked}
+parts=${PARTS:-lat bw coll loss}
+case ${IBEX_UDP_XDP-} in
+both) modes=(on off) ;;
+*) modes=("${IBEX_UDP_XDP-}") ;;
+esac
+want() { [[ " $parts " == *" $1 "* ]]; }
+for c in sockperf iperf3 jq; do
+	command -v $c >/dev/null || { echo "$c not found: apt-get install sockperf iperf3 jq" >&2; exit 1; }
+done
+tmp=$(mktemp -d)
+ns=ibexnvp$$
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	ip netns del ${ns}a 2>/dev/null || true
+	ip netns del ${ns}b 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+if ! ip netns add ${ns}a 2>/dev/null; then
+	echo "cannot create network namespaces here (ip netns add failed; needs root)" >&2
+	exit 1
+fi
+ip netns add ${ns}b
+ip link add ${ns}x type veth peer name ${ns}y
+ip link set ${ns}x netns ${ns}a
+ip link set ${ns}y netns ${ns}b
+ipA=10.83.0.1 ipB=10.83.0.2
+ip -n ${ns}a addr add $ipA/24 dev ${ns}x
+ip -n ${ns}b addr add $ipB/24 dev ${ns}y
+ip -n ${ns}a link set ${ns}x mtu "$mtu" up
+ip -n ${ns}b link set ${ns}y mtu "$mtu" up
+ip -n ${ns}a link set lo up
+ip -n ${ns}b link set lo up
+go build -o "$tmp/ibex" ./cmd/ibex
+port=19600
+label() { echo "${1:-default}"; }
+
+# ibexpair MODE NAME TEST ARGS...: an ibex perf server in a, the client in b;
+# the reports in $tmp/NAME.srv and $tmp/NAME.cli.
+ibexpair() {
+	local mode=$1 name=$2 test=$3
+	shift 3
+	port=$((port + 1))
+	ip netns exec ${ns}a env ${mode:+IBEX_UDP_XDP=$mode} IBEX_UDP_ADDR=$ipA "$tmp/ibex" perf "$test" -d udp0 -p $port "$@" >"$tmp/$name.srv" 2>&1 &
+	local srv=$!
+	pids+=("$srv")
+	sleep 0.3
+	ip netns exec ${ns}b env ${mode:+IBEX_UDP_XDP=$mode} IBEX_UDP_ADDR=$ipB "$tmp/ibex" perf "$test" -d udp0 -p $port "$@" $ipA >"$tmp/$name.cli" 2>&1 ||
+		{ echo "ibex perf $test ($name) failed:" >&2; cat "$tmp/$name.cli" >&2; }
+	# A server ends its report (the rule after the table, then the CPU
+	# line) when the client leaves: the header has three rules.
+	for _ in $(seq 100); do (($(grep -c '^-----' "$tmp/$name.srv") >= 4)) && break; sleep 0.05; done
+	sleep 0.05
+	kill "$srv" 2>/dev/null || true
+	wait "$srv" 2>/dev/null || true
+}
+row() { awk '/#bytes/ {getline; print; exit}' "$1"; }               # first result row
+cpu() { awk '/^ CPU\[s\/GB\]/ {print $3; exit}' "$1"; }            # s/GB
+core() { awk '/^ CPU\[s\/GB\]/ {sub("%", "", $4); print $4; exit}' "$1"; } # % of one core
+num() { [[ -n ${1-} ]] && echo "$1" || echo nan; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan" || b + 0 == 0) print "nan"; else printf "%.2f", a / b }'; }
+sum() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan") print "nan"; else printf "%.4f", a + b }'; }
+verdict() { # value op target
+	awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN { if (v == "nan") { print "n/a"; exit }
+		ok = (op == "<=") ? (v + 0 <= t + 0) : (v + 0 >= t + 0); print ok ? "met" : "NOT met" }'
+}
+
+# sockperf_pp NAME PORT FLAGS: p50 and p99 half round trips (µs) of a
+# ping-pong.
+sockperf_pp() {
+	local name=$1 port=$2 flags=$3
+	# shellcheck disable=SC2086
+	ip netns exec ${ns}a sockperf sr -i $ipA -p $port $flags >/dev/null 2>&1 &
+	local srv=$!
+	pids+=("$srv")
+	sleep 0.3
+	# shellcheck disable=SC2086
+	ip netns exec ${ns}b sockperf pp -i $ipA -p $port -m "$sp_size" -t "$secs" $flags >"$tmp/$name" 2>&1 || true
+	kill "$srv" 2>/dev/null || true
+	wait "$srv" 2>/dev/null || true
+	echo "$(num "$(awk '/percentile 50.000/ {print $NF; exit}' "$tmp/$name")") $(num "$(awk '/percentile 99.000/ {print $NF; exit}' "$tmp/$name")")"
+}
+
+echo "# ibex vs the kernel's peers between two network namespaces (veth MTU $mtu)"
+echo "# $(date -u +%FT%TZ), $(nproc) cores, kernel $(uname -r), ibex $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo '+changes')"
+declare -A G # goal figures per mode
+
+if want lat; then
+	read -r sp50 sp99 <<<"$(sockperf_pp sp-default 19590 "")"
+	read -r sf50 sf99 <<<"$(sockperf_pp sp-fast 19591 "$sp_fast")"
+	echo
+	echo "## latency, half round trip (us): ibex write_lat -s 8 -n $lat_iters, sockperf UDP ping-pong -m $sp_size -t $secs"
+	printf '%-34s %10s %10s %10s\n' "" median p99 p99.9
+	for m in "${modes[@]}"; do
+		ibexpair "$m" "lat-$(label "$m")" write_lat -s 8 -n "$lat_iters"
+		read -r _ _ _ _ typ _ _ p99 p999 <<<"$(row "$tmp/lat-$(label "$m").cli")"
+		printf '%-34s %10s %10s %10s\n' "ibex udp0 ($(label "$m"))" "$(num "${typ-}")" "$(num "${p99-}")" "$(num "${p999-}")"
+		G[$m.lat]=$(num "${typ-}")
+		G[$m.mtu]=$(awk '/Mtu  / {sub(/\[B\]/, "", $3); print $3; exit}' "$tmp/lat-$(label "$m").cli")
+	done
+	printf '%-34s %10s %10s %10s\n' "sockperf UDP (default)" "$sp50" "$sp99" ""
+	printf '%-34s %10s %10s %10s\n' "sockperf UDP ($sp_fast)" "$sf50" "$sf99" ""
+fi
+
+if want bw; then
+	port=$((port + 1))
+	ip netns exec ${ns}a iperf3 -s -1 -B $ipA -p $port >/dev/null 2>&1 &
+	srv=$!
+	pids+=("$srv")
+	sleep 0.3
+	ip netns exec ${ns}b iperf3 -c $ipA -p $port -P 1 -t "$secs" -J >"$tmp/iperf.json" || true
+	wait "$srv" 2>/dev/null || true
+	read -r ip_bytes ip_secs ip_host ip_remote < <(jq -r '[.end.sum_received.bytes, .end.sum_received.seconds,
+		.end.cpu_utilization_percent.host_total, .end.cpu_utilization_percent.remote_total] | map(tostring) | join(" ")' "$tmp/iperf.json" 2>/dev/null || echo "nan nan nan nan")
+	ip_mib=$(awk -v b="$ip_bytes" -v s="$ip_secs" 'BEGIN { if (s + 0 > 0) printf "%.1f", b / s / 1048576; else print "nan" }')
+	ip_cpu=$(awk -v b="$ip_bytes" -v s="$ip_secs" -v h="$ip_host" -v r="$ip_remote" \
+		'BEGIN { if (b + 0 > 0) printf "%.4f", (h + r) / 100 * s / (b / 1e9); else print "nan" }')
+	echo
+	echo "## bandwidth, one stream: ibex write_bw -s 1M -n $bw_iters vs iperf3 TCP -P 1 -t $secs"
+	echo "## CPU: user+sys of the process at each end over the run, per GB (10^9 B) moved; % of one core"
+	printf '%-34s %10s %12s %12s %12s %10s %10s\n' "" MiB/s "CPU s/GB" "client s/GB" "server s/GB" "client %" "server %"
+	for m in "${modes[@]}"; do
+		n=bw-$(label "$m")
+		ibexpair "$m" "$n" write_bw -s 1048576 -n "$bw_iters"
+		read -r _ _ _ avg _ <<<"$(row "$tmp/$n.cli")"
+		cc=$(num "$(cpu "$tmp/$n.cli")") sc=$(num "$(cpu "$tmp/$n.srv")")
+		printf '%-34s %10s %12s %12s %12s %10s %10s\n' "ibex udp0 ($(label "$m"))" "$(num "${avg-}")" "$(sum "$cc" "$sc")" "$cc" "$sc" \
+			"$(num "$(core "$tmp/$n.cli")")" "$(num "$(core "$tmp/$n.srv")")"
+		G[$m.bw]=$(num "${avg-}")
+		G[$m.cpu]=$(sum "$cc" "$sc")
+	done
+	printf '%-34s %10s %12s %12s %12s %10s %10s\n' "iperf3 TCP" "$ip_mib" "$ip_cpu" \
+		"$(awk -v b="$ip_bytes" -v s="$ip_secs" -v h="$ip_host" 'BEGIN { if (b + 0 > 0) printf "%.4f", h / 100 * s / (b / 1e9); else print "nan" }')" \
+		"$(awk -v b="$ip_bytes" -v s="$ip_secs" -v r="$ip_remote" 'BEGIN { if (b + 0 > 0) printf "%.4f", r / 100 * s / (b / 1e9); else print "nan" }')" \
+		"$(printf '%.1f' "$ip_host" 2>/dev/null || echo nan)" "$(printf '%.1f' "$ip_remote" 2>/dev/null || echo nan)"
+fi
+
+if want coll; then
+	for m in "${modes[@]}"; do
+		echo
+		echo "## all_reduce, ibex udp0 ($(label "$m")), bench/peers.sh $max udp; Open MPI TCP runs on loopback in one namespace (mpirun cannot span namespaces without ssh)"
+		env ${m:+IBEX_UDP_XDP=$m} VETH_MTU="$mtu" bash bench/peers.sh "$max" udp | tee "$tmp/coll-$(label "$m")"
+		# t_ratio = ompi/ibex time: the goal is >= 1 at every size; 8 B <= 10 us.
+		G[$m.coll]=$(awk '$1 ~ /^[0-9]+$/ { if (min == "" || $7 < min) min = $7 } END { print (min == "") ? "nan" : min }' "$tmp/coll-$(label "$m")")
+		G[$m.coll8]=$(awk '$1 == 8 { print $2; exit }' "$tmp/coll-$(label "$m")")
+		G[$m.coll8]=$(num "${G[$m.coll8]}")
+	done
+fi
+
+if want loss; then
+	for m in "${modes[@]}"; do
+		echo
+		echo "## 1% loss both ways, 256 MiB WRITE ($(label "$m")): go test -run '^\$' -bench NetnsLossGoodput -benchtime 1x ./provider/udp/ (its own namespaces, veth MTU $mtu)"
+		env ${m:+IBEX_UDP_XDP=$m} IBEX_TEST_VETH_MTU="$mtu" go test -run '^$' -bench NetnsLossGoodput -benchtime 1x -timeout 10m ./provider/udp/ >"$tmp/loss" 2>&1 || true
+		grep -E '^Benchmark|goodput|impairment|SKIP|FAIL|lossless_MBps' "$tmp/loss" | sed 's/^ *//' || cat "$tmp/loss"
+		G[$m.loss]=$(awk '/^BenchmarkNetnsLossGoodput/ { for (i = 2; i <= NF; i++) if ($i == "lossy/lossless") print $(i - 1) }' "$tmp/loss")
+		G[$m.loss]=$(num "${G[$m.loss]}")
+	done
+fi
+
+echo
+echo "## goals (issue 17), veth MTU $mtu"
+printf '%-66s %10s %10s %7s %7s  %s\n' goal ibex peer ratio target verdict
+for m in "${modes[@]}"; do
+	l=$(label "$m")
+	if want lat; then
+		r=$(ratio "${G[$m.lat]}" "$sp50")
+		printf '%-66s %10s %10s %7s %7s  %s\n' "write_lat -s 8 median / sockperf default ($l, IB MTU ${G[$m.mtu]})" "${G[$m.lat]}" "$sp50" "$r" "<= 0.5" "$(verdict "$r" "<=" 0.5)"
+		r=$(ratio "${G[$m.lat]}" "$sf50")
+		printf '%-66s %10s %10s %7s %7s  %s\n' "write_lat -s 8 median / sockperf $sp_fast ($l)" "${G[$m.lat]}" "$sf50" "$r" "<= 0.5" "$(verdict "$r" "<=" 0.5)"
+	fi
+	if want bw; then
+		r=$(ratio "${G[$m.bw]}" "$ip_mib")
+		printf '%-66s %10s %10s %7s %7s  %s\n' "write_bw 1M MiB/s / iperf3 TCP ($l)" "${G[$m.bw]}" "$ip_mib" "$r" ">= 1.5" "$(verdict "$r" ">=" 1.5)"
+		r=$(ratio "${G[$m.cpu]}" "$ip_cpu")
+		printf '%-66s %10s %10s %7s %7s  %s\n' "CPU s/GB, both ends / iperf3's ($l)" "${G[$m.cpu]}" "$ip_cpu" "$r" "<= 1" "$(verdict "$r" "<=" 1)"
+	fi
+	if want coll; then
+		printf '%-66s %10s %10s %7s %7s  %s\n' "all_reduce min over sizes of ompi_us/ibex_us ($l)" "" "" "${G[$m.coll]}" ">= 1" "$(verdict "${G[$m.coll]}" ">=" 1)"
+		printf '%-66s %10s %10s %7s %7s  %s\n' "all_reduce 8 B, us ($l)" "${G[$m.coll8]}" "" "" "<= 10" "$(verdict "${G[$m.coll8]}" "<=" 10)"
+	fi
+	if want loss; then
+		printf '%-66s %10s %10s %7s %7s  %s\n' "256 MiB WRITE goodput, 1% loss / lossless ($l)" "" "" "${G[$m.loss]}" ">= 0.5" "$(verdict "${G[$m.loss]}" ">=" 0.5)"
+	fi
+done
