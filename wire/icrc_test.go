@@ -250,3 +250,39 @@ func hex32(v uint32) string {
 	}
 	return string(b)
 }
+
+// TestCheckID: a packet built for one IPv4 ID passes CheckID with that ID
+// and fails with any other, and with any single bit of its ICRC flipped.
+func TestCheckID(t *testing.T) {
+	src := netip.MustParseAddrPort("10.1.2.3:49152")
+	dst := netip.MustParseAddrPort("10.1.2.4:4791")
+	for _, id := range []uint16{0, 1, 0x1234, 0xffff} {
+		e := wire.Encap{Src: src, Dst: dst, DF: true, TTL: 64, ID: id}
+		pre, err := wire.NewICRCPrefix(&e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := testPacket()
+		b, err := wire.AppendIB(nil, &p, &pre)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zero, err := wire.NewICRCPrefix(&wire.Encap{Src: src, Dst: dst, DF: true, TTL: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := zero.CheckID(b, id); err != nil {
+			t.Errorf("id %#x: %v", id, err)
+		}
+		if err := zero.CheckID(b, id^0x0100); err == nil {
+			t.Errorf("id %#x: passed with the wrong ID", id)
+		}
+		for bit := range 32 {
+			b[len(b)-4+bit/8] ^= 1 << (bit % 8)
+			if err := zero.CheckID(b, id); err == nil {
+				t.Errorf("id %#x: ICRC bit %d flipped passed", id, bit)
+			}
+			b[len(b)-4+bit/8] ^= 1 << (bit % 8)
+		}
+	}
+}

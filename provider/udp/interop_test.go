@@ -27,7 +27,6 @@ import (
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/wire"
-	"golang.org/x/net/ipv4"
 )
 
 // rxeDir finds shared/testdata/rxe-pcaps: $IBEX_SHARED, or a "shared"
@@ -162,24 +161,14 @@ func localForms(a netip.AddrPort) []netip.AddrPort {
 }
 
 // deliver hands the datagram b from src to d.receive as the progress loop
-// does, in a buffer of its own (receive may keep nothing of it). receive
-// takes the datagram in one of two forms: an ipv4.Message from
-// ReadBatch, whose Addr is the source *net.UDPAddr, or (with the loop's
-// own recvmmsg) the datagram and its source address. deliver serves
-// either, so that this test does not pin the loop's I/O.
-func deliver(d *device, b []byte, src netip.AddrPort) {
+// does, in a buffer of its own (receive may keep nothing of it), as a
+// datagram that came with IPv4 ID id (-1: unknown, as from a socket).
+func deliver(d *device, b []byte, src netip.AddrPort, id int32) {
 	buf := make([]byte, max(maxDgram, len(b)))
 	n := copy(buf, b)
 	var pkt rc.Packet
 	var wp wire.Packet
-	switch recv := any(d.receive).(type) {
-	case func(int64, []byte, netip.AddrPort, *rc.Packet, *wire.Packet):
-		recv(d.now(), buf[:n], src, &pkt, &wp)
-	case func(int64, *ipv4.Message, *rc.Packet, *wire.Packet):
-		recv(d.now(), &ipv4.Message{Buffers: [][]byte{buf}, N: n, Addr: net.UDPAddrFromAddrPort(src)}, &pkt, &wp)
-	default:
-		panic(fmt.Sprintf("deliver: (*device).receive is a %T", recv))
-	}
+	d.receive(d.now(), buf[:n], src, id, &pkt, &wp)
 }
 
 // rcvCounters are the counters receive itself keeps (the packet and byte
@@ -224,12 +213,28 @@ func TestRxeReceive(t *testing.T) {
 						devs[local] = d
 					}
 					before := rcvCtrs(d)
-					deliver(d, f.ib, sf.addr(f.src))
+					// As a socket delivers it (the ICRC checked for any
+					// IPv4 ID), and as AF_XDP does (for the ID in its
+					// header: all 32 bits).
+					deliver(d, f.ib, sf.addr(f.src), -1)
+					deliver(d, f.ib, sf.addr(f.src), int32(f.id))
+					// With another ID in its header the ICRC no longer
+					// matches (a socket could not tell).
+					deliver(d, f.ib, sf.addr(f.src), int32(f.id^0x8000))
 					got := rcvCtrs(d)
 					want := before
-					want.unknownQP++
+					switch {
+					case f.op.Transport() != ib.RC:
+						want.unknownQP += 3 // dropped before the ICRC check
+					case !f.src.Addr().Unmap().Is4():
+						want.unknownQP += 3 // IPv6 has no ID
+					default:
+						want.unknownQP += 2
+						want.icrcErrors++
+						want.rcvErrors++
+					}
 					if got != want {
-						t.Errorf("%v from %v to %v: counters went from %+v to %+v; want unknownQP+1 only", f, sf.addr(f.src), local, before, got)
+						t.Errorf("%v from %v to %v: counters went from %+v to %+v; want %+v", f, sf.addr(f.src), local, before, got, want)
 					}
 					delivered++
 				}
@@ -280,7 +285,7 @@ func TestRxeReceiveCorrupt(t *testing.T) {
 			b := bytes.Clone(f.ib)
 			b[pos.off] ^= 0xff
 			before := rcvCtrs(d)
-			deliver(d, b, f.src)
+			deliver(d, b, f.src, -1)
 			got := rcvCtrs(d)
 			want := rcvCounters{before.rcvErrors + 1, before.icrcErrors + 1, before.unknownQP}
 			if got != want {
@@ -315,7 +320,7 @@ func TestRxeReceiveCorruptSweep(t *testing.T) {
 		for i := range b {
 			b[i] ^= 0xff
 			before := rcvCtrs(d)
-			deliver(d, b, f.src)
+			deliver(d, b, f.src, -1)
 			got := rcvCtrs(d)
 			total++
 			switch {
@@ -539,7 +544,7 @@ func runSendQP(t *testing.T, name string, rnr int, minRNR uint8) {
 		if rnr > 0 && posted == 0 && q.eng != nil && q.eng.Stats().RNRNaksSent == uint64(rnr) {
 			post(1) // the server's late ibv_post_recv
 		}
-		deliver(d, f.ib, f.src)
+		deliver(d, f.ib, f.src, -1)
 		runCmds(d)
 		for q.eng != nil && q.eng.Poll(d.now(), &pkt, scratch) {
 			b, err := q.encode(&pkt, &wp, nil)

@@ -516,8 +516,8 @@ func TestCoalesce(t *testing.T) {
 				s.bufs[i] = make([]byte, 0, maxDgram)
 			}
 			for i, d := range tc.in {
-				want := s.join(d.peer, d.size)
-				got := s.push(d.peer, s.bufs[s.nbuf][:d.size])
+				want := s.join(d.peer, 0, d.size)
+				got := s.push(d.peer, 0, s.bufs[s.nbuf][:d.size])
 				if got != want || tc.ids != nil && got != tc.ids[i] {
 					t.Errorf("datagram %d: id %d, join said %d, want %v", i, got, want, tc.ids)
 				}
@@ -593,7 +593,7 @@ func TestSockIOAllocs(t *testing.T) {
 	round := func() {
 		for range 32 {
 			b := q.bufs[q.nbuf][:1000]
-			q.push(rxAddr, b)
+			q.push(rxAddr, 0, b)
 		}
 		q.flush()
 		got := 0
@@ -689,7 +689,7 @@ func TestSockIOv6(t *testing.T) {
 	for i := range 20 {
 		b := q.bufs[q.nbuf][:1000-100*(i/19)] // the last one shorter
 		b[0] = byte(i)
-		q.push(rxAddr, b)
+		q.push(rxAddr, 0, b)
 	}
 	q.flush()
 	if c.xmitPkts.Load() != 20 || s.gso && c.xmitMsgs.Load() != 1 {

@@ -28,6 +28,7 @@ type qpDriver struct {
 	destQPN   uint32
 	peer      netip.AddrPort
 	peerUDP   *net.UDPAddr
+	sport     uint16 // the UDP source port, if the conn honours one (message.SrcPort); else 0
 	sendICRC  wire.ICRCPrefix
 	rsn       uint64   // the receive the engine is filling
 	seen      rc.Stats // engine counters already added to the QP's
@@ -70,7 +71,16 @@ func (q *qpDriver) state(d *device, from, to verbs.QPState, a verbs.QPAttr) {
 		ip := netip.AddrFrom16(a.AH.DGID).Unmap()
 		q.peer = netip.AddrPortFrom(ip, d.addr.Port())
 		q.peerUDP = net.UDPAddrFromAddrPort(q.peer)
-		pre, err := wire.NewICRCPrefix(&wire.Encap{Src: d.addr, Dst: q.peer, DF: true, TTL: 64})
+		// rxe's source port for an RC QP set up by modify_qp: ECMP
+		// fabrics hash on it, so every QP gets its own. A socket can send
+		// only from the port it is bound to.
+		src := d.addr
+		q.sport = 0
+		if d.conn.SourcePorts() {
+			q.sport = wire.SourcePort(wire.FlowLabel(q.qp.Num(), a.DestQPN))
+			src = netip.AddrPortFrom(d.addr.Addr(), q.sport)
+		}
+		pre, err := wire.NewICRCPrefix(&wire.Encap{Src: src, Dst: q.peer, DF: true, TTL: 64})
 		if err != nil {
 			q.qp.Fail(fmt.Errorf("udp: qp %#x: peer %v: %w", q.qp.Num(), q.peer, err), verbs.EventQPFatal, true)
 			return

@@ -53,7 +53,7 @@ func (d *device) deliver(n int, pkt *rc.Packet, wp *wire.Packet) {
 		}
 		for len(b) > 0 {
 			k := min(seg, len(b))
-			d.receive(now, b[:k], src, pkt, wp)
+			d.receive(now, b[:k], src, m.ID, pkt, wp)
 			b = b[k:]
 		}
 		if len(d.acks) > 0 && i < n-1 {
@@ -76,9 +76,10 @@ func (d *device) deliver(n int, pkt *rc.Packet, wp *wire.Packet) {
 	}
 }
 
-// receive verifies, decodes and delivers one datagram. Nothing in it may
-// panic: the network is untrusted.
-func (d *device) receive(now int64, b []byte, src netip.AddrPort, pkt *rc.Packet, wp *wire.Packet) {
+// receive verifies, decodes and delivers one datagram that came with IPv4
+// ID id (-1: not known, see message.ID). Nothing in it may panic: the
+// network is untrusted.
+func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, pkt *rc.Packet, wp *wire.Packet) {
 	d.ctrs.rcvPkts.Add(1)
 	d.ctrs.rcvData.Add(uint64(len(b)))
 	if err := wire.DecodeIB(b, wp); err != nil {
@@ -98,7 +99,13 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, pkt *rc.Packet
 		d.ctrs.rcvErrors.Add(1)
 		return
 	}
-	if _, err := pre.CheckAnyID(b); err != nil {
+	var err error
+	if id >= 0 {
+		err = pre.CheckID(b, uint16(id)) // the IP header was seen: all 32 bits
+	} else {
+		_, err = pre.CheckAnyID(b) // a socket hides the ID: 16 bits
+	}
+	if err != nil {
 		d.ctrs.icrcErrors.Add(1)
 		d.ctrs.rcvErrors.Add(1)
 		return

@@ -153,13 +153,13 @@ func (d *device) encode(q *qpDriver, pkt *rc.Packet, wp *wire.Packet, buf []byte
 		}
 	}
 	size := hl + n + (-n & 3) + ib.ICRCLen
-	id := s.join(q.peer, size)
+	id := s.join(q.peer, q.sport, size)
 	b, err := d.encodeID(q, pkt, wp, buf, id)
 	if err != nil {
 		d.ctrs.xmitDiscards.Add(1)
 		return
 	}
-	if got := s.push(q.peer, b); got != id {
+	if got := s.push(q.peer, q.sport, b); got != id {
 		// Not the size predicted (a bug, but keep the wire right).
 		_, _ = d.encodeID(q, pkt, wp, b[:0], got)
 	}

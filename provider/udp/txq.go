@@ -26,6 +26,7 @@ const (
 // closes the run).
 type txMsg struct {
 	peer   netip.AddrPort
+	sport  uint16 // the UDP source port (0: the conn's), see message.SrcPort
 	first  int
 	n      int
 	seg    int
@@ -70,29 +71,29 @@ func (s *txQueue) reachable(peer netip.AddrPort) bool {
 // full reports whether the queue must be flushed before the next datagram.
 func (s *txQueue) full() bool { return s.nbuf == len(s.bufs) }
 
-// join returns the index a datagram of size bytes to peer would have in
-// the last message, or 0 if it starts a new one.
-func (s *txQueue) join(peer netip.AddrPort, size int) int {
+// join returns the index a datagram of size bytes to peer from source
+// port sport would have in the last message, or 0 if it starts a new one.
+func (s *txQueue) join(peer netip.AddrPort, sport uint16, size int) int {
 	if !s.gso || len(s.msgs) == 0 {
 		return 0
 	}
 	m := &s.msgs[len(s.msgs)-1]
-	if m.closed || m.peer != peer || m.n == udpMaxSegs || size > m.seg || m.bytes+size > udpMaxPayload {
+	if m.closed || m.peer != peer || m.sport != sport || m.n == udpMaxSegs || size > m.seg || m.bytes+size > udpMaxPayload {
 		return 0
 	}
 	return m.n
 }
 
 // push queues b, which must be the next buffer (bufs[nbuf]) or replace
-// it, for peer and returns its segment index (its IPv4 ID), as join
-// computes it for len(b). The queue must not be full.
-func (s *txQueue) push(peer netip.AddrPort, b []byte) int {
+// it, for peer from sport and returns its segment index (its IPv4 ID), as
+// join computes it for len(b). The queue must not be full.
+func (s *txQueue) push(peer netip.AddrPort, sport uint16, b []byte) int {
 	i := s.nbuf
 	s.bufs[i] = b
 	s.nbuf++
-	k := s.join(peer, len(b))
+	k := s.join(peer, sport, len(b))
 	if k == 0 {
-		s.msgs = append(s.msgs, txMsg{peer: peer, first: i, n: 1, seg: len(b), bytes: len(b)})
+		s.msgs = append(s.msgs, txMsg{peer: peer, sport: sport, first: i, n: 1, seg: len(b), bytes: len(b)})
 		return 0
 	}
 	m := &s.msgs[len(s.msgs)-1]
@@ -110,7 +111,7 @@ func (s *txQueue) flush() {
 	wireClock.Add(1)
 	out := s.out[:0]
 	for _, m := range s.msgs {
-		out = append(out, message{Buffers: s.bufs[m.first : m.first+m.n], Addr: m.peer})
+		out = append(out, message{Buffers: s.bufs[m.first : m.first+m.n], Addr: m.peer, SrcPort: m.sport})
 	}
 	pkts, bytes := s.conn.Send(out)
 	c := s.ctrs
