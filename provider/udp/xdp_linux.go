@@ -136,9 +136,10 @@ type xdpPeer struct {
 	lastErr atomic.Pointer[error]
 
 	// Owned by the device's holder.
-	flow  xsk.Flow
-	built uint64 // the mac value flow was built from (0: none)
-	retry int64  // Unix ns: resolve again no sooner (after a failure, or to refresh)
+	flow   xsk.Flow
+	built  uint64 // the mac value flow was built from (0: none)
+	retry  int64  // Unix ns: resolve again no sooner (after a failure, or to refresh)
+	waited bool   // Send waited for the first resolution
 }
 
 // listenXDP opens the AF_XDP conn of a device bound to addr, or says why
@@ -359,6 +360,15 @@ func (c *xdpConn) peer(a netip.AddrPort, now int64) *xdpPeer {
 		// First contact, a failure to retry, or a refresh (the MAC in use
 		// stays while it runs).
 		c.resolve(p, now)
+		if !p.waited {
+			// First contact: wait a little for it rather than drop the
+			// batch and leave it to the first retransmission timeout
+			// (resolution on a link takes 0.1 to 1 ms).
+			p.waited = true
+			for i := 0; i < 50 && p.busy.Load() && p.mac.Load() == 0; i++ {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
 	}
 	v := p.mac.Load()
 	if v == 0 {
