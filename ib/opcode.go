@@ -45,6 +45,12 @@ const (
 	UCWriteOnlyImm       Opcode = 0x2b
 	UDSendOnly           Opcode = 0x64
 	UDSendOnlyImm        Opcode = 0x65
+
+	// CNP is the RoCEv2 Congestion Notification Packet (IBA RoCEv2 annex
+	// A17.9.3): a BTH with this opcode, BECN set and DestQP naming the QP
+	// whose traffic was marked, 16 reserved bytes, and the ICRC. It is
+	// not part of any PSN sequence and is never acknowledged.
+	CNP Opcode = 0x81
 )
 
 const opcodeTransportShift = 5
@@ -83,6 +89,7 @@ const (
 	MaskAtomicAckETH                  // Atomic ACK ETH, 8 bytes
 	MaskImmDt                         // Immediate data, 4 bytes
 	MaskIETH                          // Invalidate ETH, 4 bytes
+	MaskCNPReserved                   // the CNP's 16 reserved bytes
 	MaskPayload                       // a payload may follow the headers
 
 	// Kind bits.
@@ -102,7 +109,7 @@ const (
 	MaskOnly = MaskFirst | MaskLast
 
 	// MaskHeaders is every extension-header bit.
-	MaskHeaders = MaskDETH | MaskRETH | MaskAtomicETH | MaskAETH | MaskAtomicAckETH | MaskImmDt | MaskIETH
+	MaskHeaders = MaskDETH | MaskRETH | MaskAtomicETH | MaskAETH | MaskAtomicAckETH | MaskImmDt | MaskIETH | MaskCNPReserved
 )
 
 // Extension header sizes in bytes (IBA 9.3; rxe_hdr.h).
@@ -115,6 +122,7 @@ const (
 	AtomicAckETHLen = 8
 	ImmDtLen        = 4
 	IETHLen         = 4
+	CNPReservedLen  = 16
 	ICRCLen         = 4
 )
 
@@ -183,6 +191,7 @@ var opTable = func() (t [256]opInfo) {
 	}
 	add(UDSendOnly, "SEND only", req|send|pay|recv|comp|only|MaskDETH)
 	add(UDSendOnlyImm, "SEND only with Immediate", req|send|pay|recv|comp|only|MaskDETH|imm)
+	add(CNP, "Congestion Notification", only|MaskCNPReserved)
 	return t
 }()
 
@@ -195,7 +204,7 @@ func extLen(m Mask) int {
 	}{
 		{MaskDETH, DETHLen}, {MaskRETH, RETHLen}, {MaskAtomicETH, AtomicETHLen},
 		{MaskAETH, AETHLen}, {MaskAtomicAckETH, AtomicAckETHLen},
-		{MaskImmDt, ImmDtLen}, {MaskIETH, IETHLen},
+		{MaskImmDt, ImmDtLen}, {MaskIETH, IETHLen}, {MaskCNPReserved, CNPReservedLen},
 	} {
 		if m&h.bit != 0 {
 			n += h.len
@@ -205,7 +214,7 @@ func extLen(m Mask) int {
 }
 
 // Valid reports whether the package knows o: RC 0x00–0x14, 0x16, 0x17;
-// UC 0x20–0x2b; UD 0x64, 0x65.
+// UC 0x20–0x2b; UD 0x64, 0x65; CNP 0x81.
 func (o Opcode) Valid() bool { return opTable[o].hdrLen != 0 }
 
 // Mask returns the headers and kind bits of o; 0 for an unknown opcode.

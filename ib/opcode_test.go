@@ -36,6 +36,7 @@ var rxeOpcodes = map[ib.Opcode]string{
 	0x17: "IETH payload | req send recv comp first last",
 	0x64: "DETH payload | req send recv comp first last",
 	0x65: "DETH ImmDt payload | req send recv comp first last",
+	0x81: "CNPReserved | first last",
 }
 
 func describe(m ib.Mask) string {
@@ -47,7 +48,7 @@ func describe(m ib.Mask) string {
 	}{
 		{ib.MaskDETH, "DETH", true}, {ib.MaskRETH, "RETH", true}, {ib.MaskAtomicETH, "AtomicETH", true},
 		{ib.MaskAETH, "AETH", true}, {ib.MaskAtomicAckETH, "AtomicAckETH", true}, {ib.MaskImmDt, "ImmDt", true},
-		{ib.MaskIETH, "IETH", true}, {ib.MaskPayload, "payload", true},
+		{ib.MaskIETH, "IETH", true}, {ib.MaskCNPReserved, "CNPReserved", true}, {ib.MaskPayload, "payload", true},
 		{ib.MaskRequest, "req", false}, {ib.MaskResponse, "resp", false}, {ib.MaskSend, "send", false},
 		{ib.MaskWrite, "write", false}, {ib.MaskRead, "read", false}, {ib.MaskAtomic, "atomic", false},
 		{ib.MaskRecv, "recv", false}, {ib.MaskComplete, "comp", false},
@@ -66,7 +67,7 @@ func describe(m ib.Mask) string {
 }
 
 func TestOpcodeTable(t *testing.T) {
-	hdrLen := map[string]int{"DETH": 8, "RETH": 16, "AtomicETH": 28, "AETH": 4, "AtomicAckETH": 8, "ImmDt": 4, "IETH": 4, "payload": 0}
+	hdrLen := map[string]int{"DETH": 8, "RETH": 16, "AtomicETH": 28, "AETH": 4, "AtomicAckETH": 8, "ImmDt": 4, "IETH": 4, "CNPReserved": 16, "payload": 0}
 	n := 0
 	for op := range 256 {
 		o := ib.Opcode(op)
@@ -95,12 +96,17 @@ func TestOpcodeTable(t *testing.T) {
 		if o.HeaderLen() != l {
 			t.Errorf("%v: header length %d, want %d", o, o.HeaderLen(), l)
 		}
-		if o.Has(ib.MaskRequest) == o.Has(ib.MaskResponse) {
+		switch {
+		case o == ib.CNP:
+			if o.Has(ib.MaskRequest) || o.Has(ib.MaskResponse) {
+				t.Errorf("%v: a CNP is neither request nor response", o)
+			}
+		case o.Has(ib.MaskRequest) == o.Has(ib.MaskResponse):
 			t.Errorf("%v: must be exactly one of request and response", o)
 		}
 	}
-	if n != 23+12+2 {
-		t.Errorf("%d opcodes, want 37 (23 RC, 12 UC, 2 UD)", n)
+	if n != 23+12+2+1 {
+		t.Errorf("%d opcodes, want 38 (23 RC, 12 UC, 2 UD, CNP)", n)
 	}
 	for o, name := range map[ib.Opcode]string{
 		ib.RCSendOnly: "RC SEND Only", ib.RCReadResponseFirst: "RC RDMA READ response First",

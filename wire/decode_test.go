@@ -32,7 +32,9 @@ func TestDecodeIBErrors(t *testing.T) {
 		{"short", make([]byte, 15), wire.ErrTruncated, "bth: truncated: 15 bytes, need 16"},
 		{"unknown opcode", ibPacket(0x1f, 0, 0), wire.ErrBadOpcode, "bth: opcode 0x1f unknown"},
 		{"reserved RC opcode", ibPacket(0x15, 0, 0), wire.ErrBadOpcode, "bth: opcode 0x15 unknown"},
-		{"CNP", ibPacket(0x81, 0, 16), wire.ErrBadOpcode, "bth: opcode 0x81 unknown"},
+		{"CNP short", ibPacket(ib.CNP, 0, 12), wire.ErrTruncated, "cnp: truncated: 12 bytes, need 16"},
+		{"CNP payload", ibPacket(ib.CNP, 0, 20), wire.ErrBadLength, "ib: opcode 0x81 carries no payload, got 4 bytes"},
+		{"unknown CNP-transport opcode", ibPacket(0x80, 0, 16), wire.ErrBadOpcode, "bth: opcode 0x80 unknown"},
 		{"version", ibPacket(ib.RCSendOnly, 1, 0), wire.ErrBadVersion, "bth: transport version 1, want 0"},
 		{"length", ibPacket(ib.RCSendOnly, 0, 1), wire.ErrBadLength, "ib: packet length 17 not a multiple of 4"},
 		{"reth", ibPacket(ib.RCWriteOnly, 0, 8), wire.ErrTruncated, "reth: truncated: 8 bytes, need 16"},
@@ -67,6 +69,43 @@ func TestDecodeIBErrors(t *testing.T) {
 	p = wire.Packet{RETH: wire.RETH{VA: 1}, Imm: 2, AtomicAck: 3}
 	if err := wire.DecodeIB(ibPacket(ib.RCSendMiddle, 0, 4), &p); err != nil || p.RETH.VA != 0 || p.Imm != 0 || p.AtomicAck != 0 {
 		t.Errorf("stale fields after decode: %+v, %v", p, err)
+	}
+}
+
+// TestCNP: a RoCEv2 CNP as mlx5 sends it (IBA annex A17.9.3): BTH with
+// opcode 0x81, BECN, the DestQP of the QP to slow, PSN 0; 16 reserved
+// zero bytes; the ICRC. 32 bytes in all, and it decodes back.
+func TestCNP(t *testing.T) {
+	pre, err := wire.NewICRCPrefix(&wire.Encap{Src: netip.MustParseAddrPort("10.0.0.1:4791"), Dst: netip.MustParseAddrPort("10.0.0.2:4791"), DF: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := wire.Packet{BTH: wire.BTH{Opcode: ib.CNP, PKey: 0xffff, BECN: true, DestQP: 0x123456}}
+	b, err := wire.AppendIB(append(make([]byte, 0, 64), 0xee), &in, &pre)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = b[1:]
+	want := []byte{0x81, 0, 0xff, 0xff, 0x40, 0x12, 0x34, 0x56, 0, 0, 0, 0}
+	if len(b) != 32 || !bytes.Equal(b[:12], want) || !bytes.Equal(b[12:28], make([]byte, 16)) {
+		t.Fatalf("CNP encoded as % x", b)
+	}
+	var out wire.Packet
+	if err := wire.DecodeIB(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.BTH != in.BTH || len(out.Payload) != 0 {
+		t.Fatalf("decoded %v, want %v", &out, &in)
+	}
+	if err := pre.Check(b); err != nil {
+		t.Fatal(err)
+	}
+	b[20] = 0xaa // reserved: ignored, but covered by the ICRC
+	if err := wire.DecodeIB(b, &out); err != nil {
+		t.Fatalf("nonzero reserved byte: %v", err)
+	}
+	if pre.Check(b) == nil {
+		t.Fatal("ICRC does not cover the reserved bytes")
 	}
 }
 

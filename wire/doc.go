@@ -22,7 +22,8 @@
 // RDMA WRITE (0x20–0x2b) and UD SEND (0x64, 0x65, with DETH) decode too, so
 // rxe captures of perftest -c UC/UD, rdma_cm and GSI MADs on QP1 can be read.
 // Opcode.Mask says which extension headers an opcode carries and what kind
-// of operation it is, like rxe_opcode.c. FLUSH, ATOMIC WRITE, RD and CNP
+// of operation it is, like rxe_opcode.c. The RoCEv2 CNP (0x81: BTH, 16
+// reserved bytes, ICRC) encodes and decodes too. FLUSH, ATOMIC WRITE and RD
 // are rejected as ErrBadOpcode.
 //
 // # ICRC

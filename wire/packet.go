@@ -133,6 +133,13 @@ func (p *Packet) decodeExt(b []byte, off int, m ib.Mask) (int, error) {
 		p.InvalidateRKey = binary.BigEndian.Uint32(b[off:])
 		off += ib.IETHLen
 	}
+	if m&ib.MaskCNPReserved != 0 {
+		// Reserved: senders zero it, receivers ignore it (mlx5 does).
+		if len(b)-off < ib.CNPReservedLen {
+			return 0, truncated("cnp", len(b)-off, ib.CNPReservedLen)
+		}
+		off += ib.CNPReservedLen
+	}
 	return off, nil
 }
 
@@ -224,6 +231,10 @@ func (p *Packet) putExt(b []byte, off int, m ib.Mask) int {
 	if m&ib.MaskIETH != 0 {
 		binary.BigEndian.PutUint32(b[off:], p.InvalidateRKey)
 		off += ib.IETHLen
+	}
+	if m&ib.MaskCNPReserved != 0 {
+		clear(b[off : off+ib.CNPReservedLen])
+		off += ib.CNPReservedLen
 	}
 	return off
 }

@@ -34,7 +34,7 @@ func TestTshark(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		for op := range 256 {
 			o := ib.Opcode(op)
-			if !o.Valid() {
+			if !o.Valid() || o == ib.CNP { // tshark 4.0 does not dissect a CNP's headers
 				continue
 			}
 			f := wire.Frame{
@@ -224,7 +224,7 @@ func checkOpcodeNames(t *testing.T, bin string) {
 	}
 	for op := range 256 {
 		o := ib.Opcode(op)
-		if !o.Valid() {
+		if !o.Valid() || o == ib.CNP { // tshark 4.0 has no name for 0x81
 			continue
 		}
 		tr := o.Transport().String()
