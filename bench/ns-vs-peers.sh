@@ -34,9 +34,11 @@
 #                  (3000 x 1 MiB), seconds of sockperf and iperf3 runs (4)
 #   SOCKPERF_SIZE (64; its minimum is 14), SOCKPERF_FAST ("--nonblocked")
 #   PARTS          which parts, default "lat bw coll loss"
+#   ROUNDS         rounds of the latency and bandwidth rows, alternating
+#                  ibex and its peers; the tables show medians (default 3)
 # Needs root (namespaces), sockperf, iperf3, jq (apt-get install sockperf
 # iperf3 jq) and Open MPI (bench/peers.sh installs it through
-# ../shared/bench/run-openmpi.sh). About 3 minutes with the defaults.
+# ../shared/bench/run-openmpi.sh). About 3 to 4 minutes with the defaults.
 # Usage: bench/ns-vs-peers.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +50,7 @@ secs=${SECS:-4}
 sp_size=${SOCKPERF_SIZE:-64}
 sp_fast=${SOCKPERF_FAST:---nonblocked}
 parts=${PARTS:-lat bw coll loss}
+rounds=${ROUNDS:-3}
 case ${IBEX_UDP_XDP-} in
 both) modes=(on off) ;;
 *) modes=("${IBEX_UDP_XDP-}") ;;
@@ -134,55 +137,96 @@ sockperf_pp() {
 echo "# ibex vs the kernel's peers between two network namespaces (veth MTU $mtu)"
 echo "# $(date -u +%FT%TZ), $(nproc) cores, kernel $(uname -r), ibex $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo '+changes')"
 declare -A G # goal figures per mode
+declare -A V # every round's figures, by name
+add() { V[$1]+="$2 "; }
+# med NAME: the median of NAME's rounds (nan when none measured)
+med() { tr ' ' '\n' <<<"${V[$1]-}" | grep -v '^$' | grep -v nan | sort -g |
+	awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else printf "%.5g\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# perGB PERCENT SECONDS BYTES: iperf3's CPU utilisation as CPU-seconds per GB
+perGB() { awk -v p="$1" -v s="$2" -v b="$3" 'BEGIN { if (b + 0 > 0 && p != "nan") printf "%.4f", p / 100 * s / (b / 1e9); else print "nan" }'; }
+
+# Rounds alternate ibex and its peers, so that the machine's load hits both
+# alike; the tables show medians.
+for r in $(seq "$rounds"); do
+	if want lat; then
+		read -r a b <<<"$(sockperf_pp sp-default 19590 "")"
+		add sp50 "$a"
+		add sp99 "$b"
+		for m in "${modes[@]}"; do
+			n=lat-$(label "$m")
+			ibexpair "$m" "$n" write_lat -s 8 -n "$lat_iters"
+			read -r _ _ _ _ typ _ _ p99 p999 <<<"$(row "$tmp/$n.cli")"
+			add "$m.lat" "$(num "${typ-}")"
+			add "$m.p99" "$(num "${p99-}")"
+			add "$m.p999" "$(num "${p999-}")"
+			G[$m.mtu]=$(awk '/Mtu  / {sub(/\[B\]/, "", $3); print $3; exit}' "$tmp/$n.cli")
+			echo "round $r: write_lat ($(label "$m")): median $(num "${typ-}") us" >&2
+		done
+		read -r a b <<<"$(sockperf_pp sp-fast 19591 "$sp_fast")"
+		add sf50 "$a"
+		add sf99 "$b"
+		echo "round $r: sockperf median $(tail -c 40 <<<"${V[sp50]}" | awk '{print $NF}') us, $sp_fast $a us" >&2
+	fi
+	if want bw; then
+		port=$((port + 1))
+		ip netns exec ${ns}a iperf3 -s -1 -B $ipA -p $port >/dev/null 2>&1 &
+		srv=$!
+		pids+=("$srv")
+		sleep 0.3
+		ip netns exec ${ns}b iperf3 -c $ipA -p $port -P 1 -t "$secs" -J >"$tmp/iperf.json" || true
+		wait "$srv" 2>/dev/null || true
+		read -r ib is ih ir < <(jq -r '[.end.sum_received.bytes, .end.sum_received.seconds,
+			.end.cpu_utilization_percent.host_total, .end.cpu_utilization_percent.remote_total] | map(tostring) | join(" ")' \
+			"$tmp/iperf.json" 2>/dev/null || echo "nan nan nan nan")
+		add ip.mib "$(awk -v b="$ib" -v s="$is" 'BEGIN { if (s + 0 > 0) printf "%.1f", b / s / 1048576; else print "nan" }')"
+		add ip.cc "$(perGB "$ih" "$is" "$ib")"
+		add ip.sc "$(perGB "$ir" "$is" "$ib")"
+		add ip.cpu "$(awk -v h="$ih" -v r="$ir" -v s="$is" -v b="$ib" 'BEGIN { if (b + 0 > 0) printf "%.4f", (h + r) / 100 * s / (b / 1e9); else print "nan" }')"
+		add ip.ch "$ih"
+		add ip.sh "$ir"
+		for m in "${modes[@]}"; do
+			n=bw-$(label "$m")
+			ibexpair "$m" "$n" write_bw -s 1048576 -n "$bw_iters"
+			read -r _ _ _ avg _ <<<"$(row "$tmp/$n.cli")"
+			cc=$(num "$(cpu "$tmp/$n.cli")") sc=$(num "$(cpu "$tmp/$n.srv")")
+			add "$m.bw" "$(num "${avg-}")"
+			add "$m.cc" "$cc"
+			add "$m.sc" "$sc"
+			add "$m.cpu" "$(sum "$cc" "$sc")"
+			add "$m.ch" "$(num "$(core "$tmp/$n.cli")")"
+			add "$m.sh" "$(num "$(core "$tmp/$n.srv")")"
+			echo "round $r: write_bw ($(label "$m")): $(num "${avg-}") MiB/s, $(sum "$cc" "$sc") CPU s/GB" >&2
+		done
+		echo "round $r: iperf3 $(tail -c 40 <<<"${V[ip.mib]}" | awk '{print $NF}') MiB/s, $(tail -c 40 <<<"${V[ip.cpu]}" | awk '{print $NF}') CPU s/GB" >&2
+	fi
+done
 
 if want lat; then
-	read -r sp50 sp99 <<<"$(sockperf_pp sp-default 19590 "")"
-	read -r sf50 sf99 <<<"$(sockperf_pp sp-fast 19591 "$sp_fast")"
 	echo
-	echo "## latency, half round trip (us): ibex write_lat -s 8 -n $lat_iters, sockperf UDP ping-pong -m $sp_size -t $secs"
+	echo "## latency, half round trip (us), median of $rounds rounds: ibex write_lat -s 8 -n $lat_iters, sockperf UDP ping-pong -m $sp_size -t $secs"
 	printf '%-34s %10s %10s %10s\n' "" median p99 p99.9
 	for m in "${modes[@]}"; do
-		ibexpair "$m" "lat-$(label "$m")" write_lat -s 8 -n "$lat_iters"
-		read -r _ _ _ _ typ _ _ p99 p999 <<<"$(row "$tmp/lat-$(label "$m").cli")"
-		printf '%-34s %10s %10s %10s\n' "ibex udp0 ($(label "$m"))" "$(num "${typ-}")" "$(num "${p99-}")" "$(num "${p999-}")"
-		G[$m.lat]=$(num "${typ-}")
-		G[$m.mtu]=$(awk '/Mtu  / {sub(/\[B\]/, "", $3); print $3; exit}' "$tmp/lat-$(label "$m").cli")
+		printf '%-34s %10s %10s %10s\n' "ibex udp0 ($(label "$m"))" "$(med "$m.lat")" "$(med "$m.p99")" "$(med "$m.p999")"
+		G[$m.lat]=$(med "$m.lat")
 	done
-	printf '%-34s %10s %10s %10s\n' "sockperf UDP (default)" "$sp50" "$sp99" ""
-	printf '%-34s %10s %10s %10s\n' "sockperf UDP ($sp_fast)" "$sf50" "$sf99" ""
+	sp50=$(med sp50) sf50=$(med sf50)
+	printf '%-34s %10s %10s %10s\n' "sockperf UDP (default)" "$sp50" "$(med sp99)" ""
+	printf '%-34s %10s %10s %10s\n' "sockperf UDP ($sp_fast)" "$sf50" "$(med sf99)" ""
 fi
 
 if want bw; then
-	port=$((port + 1))
-	ip netns exec ${ns}a iperf3 -s -1 -B $ipA -p $port >/dev/null 2>&1 &
-	srv=$!
-	pids+=("$srv")
-	sleep 0.3
-	ip netns exec ${ns}b iperf3 -c $ipA -p $port -P 1 -t "$secs" -J >"$tmp/iperf.json" || true
-	wait "$srv" 2>/dev/null || true
-	read -r ip_bytes ip_secs ip_host ip_remote < <(jq -r '[.end.sum_received.bytes, .end.sum_received.seconds,
-		.end.cpu_utilization_percent.host_total, .end.cpu_utilization_percent.remote_total] | map(tostring) | join(" ")' "$tmp/iperf.json" 2>/dev/null || echo "nan nan nan nan")
-	ip_mib=$(awk -v b="$ip_bytes" -v s="$ip_secs" 'BEGIN { if (s + 0 > 0) printf "%.1f", b / s / 1048576; else print "nan" }')
-	ip_cpu=$(awk -v b="$ip_bytes" -v s="$ip_secs" -v h="$ip_host" -v r="$ip_remote" \
-		'BEGIN { if (b + 0 > 0) printf "%.4f", (h + r) / 100 * s / (b / 1e9); else print "nan" }')
 	echo
-	echo "## bandwidth, one stream: ibex write_bw -s 1M -n $bw_iters vs iperf3 TCP -P 1 -t $secs"
+	echo "## bandwidth, one stream, median of $rounds rounds: ibex write_bw -s 1M -n $bw_iters vs iperf3 TCP -P 1 -t $secs"
 	echo "## CPU: user+sys of the process at each end over the run, per GB (10^9 B) moved; % of one core"
 	printf '%-34s %10s %12s %12s %12s %10s %10s\n' "" MiB/s "CPU s/GB" "client s/GB" "server s/GB" "client %" "server %"
 	for m in "${modes[@]}"; do
-		n=bw-$(label "$m")
-		ibexpair "$m" "$n" write_bw -s 1048576 -n "$bw_iters"
-		read -r _ _ _ avg _ <<<"$(row "$tmp/$n.cli")"
-		cc=$(num "$(cpu "$tmp/$n.cli")") sc=$(num "$(cpu "$tmp/$n.srv")")
-		printf '%-34s %10s %12s %12s %12s %10s %10s\n' "ibex udp0 ($(label "$m"))" "$(num "${avg-}")" "$(sum "$cc" "$sc")" "$cc" "$sc" \
-			"$(num "$(core "$tmp/$n.cli")")" "$(num "$(core "$tmp/$n.srv")")"
-		G[$m.bw]=$(num "${avg-}")
-		G[$m.cpu]=$(sum "$cc" "$sc")
+		printf '%-34s %10s %12s %12s %12s %10s %10s\n' "ibex udp0 ($(label "$m"))" "$(med "$m.bw")" "$(med "$m.cpu")" \
+			"$(med "$m.cc")" "$(med "$m.sc")" "$(med "$m.ch")" "$(med "$m.sh")"
+		G[$m.bw]=$(med "$m.bw")
+		G[$m.cpu]=$(med "$m.cpu")
 	done
-	printf '%-34s %10s %12s %12s %12s %10s %10s\n' "iperf3 TCP" "$ip_mib" "$ip_cpu" \
-		"$(awk -v b="$ip_bytes" -v s="$ip_secs" -v h="$ip_host" 'BEGIN { if (b + 0 > 0) printf "%.4f", h / 100 * s / (b / 1e9); else print "nan" }')" \
-		"$(awk -v b="$ip_bytes" -v s="$ip_secs" -v r="$ip_remote" 'BEGIN { if (b + 0 > 0) printf "%.4f", r / 100 * s / (b / 1e9); else print "nan" }')" \
-		"$(printf '%.1f' "$ip_host" 2>/dev/null || echo nan)" "$(printf '%.1f' "$ip_remote" 2>/dev/null || echo nan)"
+	ip_mib=$(med ip.mib) ip_cpu=$(med ip.cpu)
+	printf '%-34s %10s %12s %12s %12s %10s %10s\n' "iperf3 TCP" "$ip_mib" "$ip_cpu" "$(med ip.cc)" "$(med ip.sc)" "$(med ip.ch)" "$(med ip.sh)"
 fi
 
 if want coll; then
