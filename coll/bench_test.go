@@ -11,7 +11,13 @@ import (
 
 // BenchmarkAllReduce: 2 ranks of one process (goroutines) on shm0,
 // float32 sum, in place; b.N all-reduces per rank.
-func BenchmarkAllReduce(b *testing.B) {
+func BenchmarkAllReduce(b *testing.B) { benchAllReduce(b, "shm0") }
+
+// BenchmarkAllReduceUDP is BenchmarkAllReduce on a udp device (udp1 on
+// loopback): the network path's per-step costs, without a network.
+func BenchmarkAllReduceUDP(b *testing.B) { benchAllReduce(b, secondUDP(b)) }
+
+func benchAllReduce(b *testing.B, transport string) {
 	for _, size := range []int{8, 2 << 10, 128 << 10, 512 << 10, 2 << 20, 32 << 20} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
 			id, err := NewUniqueID(freeAddr(b))
@@ -25,7 +31,7 @@ func BenchmarkAllReduce(b *testing.B) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					comms[r], errs[r] = NewComm(context.Background(), id, r, 2, Options{Transport: "shm0"})
+					comms[r], errs[r] = NewComm(context.Background(), id, r, 2, Options{Transport: transport})
 				}()
 			}
 			wg.Wait()

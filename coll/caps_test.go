@@ -26,7 +26,7 @@ var second struct {
 
 // secondUDP registers udp1, a udp device on 127.0.0.1 at a free port
 // (once per test binary).
-func secondUDP(t *testing.T) string {
+func secondUDP(t testing.TB) string {
 	t.Helper()
 	second.once.Do(func() {
 		pc, err := net.ListenPacket("udp", "127.0.0.1:0")

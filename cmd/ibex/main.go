@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -24,11 +25,34 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	prof := startProfile(os.Getenv("IBEX_CPUPROFILE"))
 	err := newRootCmd().ExecuteContext(ctx)
+	prof()
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ibex: %v\n", err)
 		os.Exit(1)
+	}
+}
+
+// startProfile writes a CPU profile of the whole run to path, if not
+// empty (IBEX_CPUPROFILE=FILE ibex ...; read it with go tool pprof), and
+// returns what ends it.
+func startProfile(path string) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ibex: IBEX_CPUPROFILE=%s: %v\n", path, err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
 	}
 }
 
