@@ -17,10 +17,10 @@ import (
 // (it takes 2048 and 4096 in aligned mode, the one used here).
 const ChunkSize = 4096
 
-// rxHeadroom is where the kernel puts a received frame in its chunk in
-// copy mode (XDP_PACKET_HEADROOM): a chunk holds ChunkSize-rxHeadroom
+// RxHeadroom is where the kernel puts a received frame in its chunk in
+// copy mode (XDP_PACKET_HEADROOM): a chunk holds ChunkSize-RxHeadroom
 // bytes of a received frame.
-const rxHeadroom = unix.XDP_PACKET_HEADROOM
+const RxHeadroom = unix.XDP_PACKET_HEADROOM
 
 // Config says which queue to open and how. The zero value of each field
 // but Ifindex and Port is the documented default.
@@ -61,17 +61,6 @@ type Socket struct {
 	pfd  [2]unix.PollFd
 	ts   unix.Timespec
 	ebuf [8]byte
-
-	Stats Stats
-}
-
-// Stats counts what crossed the socket. Written by the RX and TX
-// goroutines, each its own fields; read them with atomics or after Close.
-type Stats struct {
-	RxFrames, RxMulti uint64 // frames received; of them over more than one chunk
-	TxFrames, TxMulti uint64 // frames sent; of them over more than one chunk
-	Kicks             uint64 // sendto calls that started transmission
-	Polls             uint64 // ppoll calls (Wait)
 }
 
 // Open opens the socket on cfg's interface and queue, loads the XDP
@@ -213,9 +202,9 @@ func (s *Socket) MultiBuffer() bool { return s.sg }
 // MaxFrame is the largest frame the socket receives and sends.
 func (s *Socket) MaxFrame() int {
 	if s.sg {
-		return 2*ChunkSize - rxHeadroom
+		return 2*ChunkSize - RxHeadroom
 	}
-	return ChunkSize - rxHeadroom
+	return ChunkSize - RxHeadroom
 }
 
 // RxFrames is the number of chunks that receive: how many frames the
@@ -223,7 +212,8 @@ func (s *Socket) MaxFrame() int {
 func (s *Socket) RxFrames() int { return s.rxFrames }
 
 // Close detaches the program (the link), closes the socket and unmaps the
-// UMEM and the rings. The socket must not be in use.
+// UMEM and the rings. The socket must not be in use. A second Close does
+// nothing.
 func (s *Socket) Close() error {
 	var first error
 	if s.lnk != nil {
@@ -288,13 +278,6 @@ func (s *Socket) RxRelease(n int) {
 	s.rx.release(uint32(n))
 }
 
-// RxCount counts received frames in Stats (frames: their number; multi:
-// of them over more than one chunk).
-func (s *Socket) RxCount(frames, multi int) {
-	s.Stats.RxFrames += uint64(frames)
-	s.Stats.RxMulti += uint64(multi)
-}
-
 // Sending.
 
 // TxChunk returns a free chunk to fill with (part of) a frame: its UMEM
@@ -338,12 +321,6 @@ func (s *Socket) TxPut(addr uint64, n int, more bool) {
 	s.tx.local++
 }
 
-// TxCount counts sent frames in Stats.
-func (s *Socket) TxCount(frames, multi int) {
-	s.Stats.TxFrames += uint64(frames)
-	s.Stats.TxMulti += uint64(multi)
-}
-
 // TxFlush publishes the queued descriptors and, in copy mode, makes the
 // kernel send them: it sends only inside sendto, at most a budget of
 // descriptors per call (32 in Linux 6.x), so it kicks until the ring is
@@ -358,7 +335,6 @@ func (s *Socket) TxFlush() (calls int, err error) {
 		}
 		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		calls++
-		s.Stats.Kicks++
 		switch e {
 		case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.EINTR:
 			// Budget spent, TX busy on another CPU or completion ring
@@ -389,7 +365,6 @@ func (s *Socket) Wait(timeout time.Duration) (woken bool, err error) {
 		ts = &s.ts
 	}
 	s.pfd[0].Revents, s.pfd[1].Revents = 0, 0
-	s.Stats.Polls++
 	_, _, e := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&s.pfd[0])), 2, uintptr(unsafe.Pointer(ts)), 0, 0, 0)
 	if e != 0 && e != unix.EINTR {
 		return false, os.NewSyscallError("ppoll", e)

@@ -236,6 +236,23 @@ func TestRoundTrip(t *testing.T) {
 			if n, err := lc.Read(buf); err != nil || string(buf[:n]) != "kernel" {
 				t.Errorf("the kernel's UDP on port 9999 with the program attached: %q %v", buf[:n], err)
 			}
+			// Close detaches the program.
+			xdpOn := func() bool {
+				out, err := exec.Command("ip", "-n", p.ns[0], "link", "show", "dev", p.dev[0]).CombinedOutput()
+				if err != nil {
+					t.Fatalf("ip link show: %v: %s", err, out)
+				}
+				return strings.Contains(string(out), " xdp")
+			}
+			if !xdpOn() {
+				t.Error("ip link show names no XDP program while the socket is open")
+			}
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if xdpOn() {
+				t.Error("the XDP program is still attached after Close")
+			}
 			var nl *Netlink
 			inNS(t, p.ns[0], func() { nl, err = OpenNetlink() })
 			if err != nil {

@@ -214,8 +214,13 @@ func (c *xdpConn) BatchSize() int            { return txCap }
 func (c *xdpConn) Offload() (gso, gro bool)  { return false, false }
 func (c *xdpConn) SourcePorts() bool         { return true }
 
-// RecvBuffer is what the receive chunks hold.
-func (c *xdpConn) RecvBuffer() int { return c.sock.RxFrames() * (xsk.ChunkSize - 256) }
+// RecvBuffer is what the receive chunks hold in frames of the largest
+// size (a frame over one chunk's room takes two).
+func (c *xdpConn) RecvBuffer() int {
+	room := xsk.ChunkSize - xsk.RxHeadroom
+	per := (c.maxLen + room - 1) / room
+	return c.sock.RxFrames() / per * (c.maxLen - 14)
+}
 
 // Close ends the resolvers and closes the socket (which detaches the
 // program), the netlink socket and the kernel UDP socket.
