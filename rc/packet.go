@@ -4,7 +4,8 @@ import "github.com/ibex-rdma/ibex/ib"
 
 // Packet is the transport part of an RC packet as the engine sees it: the
 // BTH fields it uses and the extension headers the opcode carries (which
-// ones: Opcode.Has(ib.MaskRETH), ...). Package rcwire maps it to and from
+// ones: Opcode.Has(ib.MaskRETH), ...). Opcode ib.CNP is a RoCEv2
+// congestion notification: only DestQPN matters. Package rcwire maps it to and from
 // wire.Packet.
 type Packet struct {
 	Opcode   ib.Opcode
@@ -22,6 +23,10 @@ type Packet struct {
 	Orig     uint64      // AtomicAckETH
 	Imm      uint32      // ImmDt
 	Payload  []byte
+	// CE says the packet arrived with ECN Congestion Experienced in its IP
+	// header (the provider sets it; it is not part of the BTH). A
+	// responder answers a CE-marked request with a CNP.
+	CE bool
 }
 
 // synReserved is bit 7 of an AETH syndrome, which must be zero; the engine

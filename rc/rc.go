@@ -19,7 +19,12 @@
 //     handling (re-ACK, READ replay from responder resources, atomic replay
 //     of the saved original value: atomics execute exactly once), opcode
 //     sequence, length and access checks, RNR NAK with min_rnr_timer, ACK
-//     coalescing, READ responses, atomic execution.
+//     coalescing, READ responses, atomic execution;
+//   - congestion (congestion.go): a send window that halves on a sequence
+//     NAK, a CNP or a CE-marked response, drops to one packet on a
+//     retransmit timeout and grows back with the ACKs (AIMD); a Pacer
+//     shared by a device's engines spaces their retransmissions; a
+//     responder answers CE-marked requests (Packet.CE) with RoCEv2 CNPs.
 //
 // Large READs are issued as several READ requests of at most Window
 // packets each, so neither side ever has more than a window of packets in
@@ -111,6 +116,12 @@ type Config struct {
 	Window           int       // max unacknowledged PSNs; 0 = 128
 	MaxSendWR        int       // capacity of the request queue; 0 = 256
 	MinRTO           int64     // lower bound of the retransmit timeout, ns; 0 = 1 ms
+	// CNPInterval is the least time between two CNPs the responder sends
+	// (mlx5's cnp interval), ns; 0 = 50 µs; negative: never send one.
+	CNPInterval int64
+	// Pacer, if set, limits the retransmissions of every engine that
+	// shares it (one per device); nil: none.
+	Pacer *Pacer
 }
 
 func (c *Config) setDefaults() {
@@ -125,6 +136,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MinRTO == 0 {
 		c.MinRTO = 1e6
+	}
+	if c.CNPInterval == 0 {
+		c.CNPInterval = 50_000
 	}
 }
 
@@ -142,6 +156,10 @@ type Stats struct {
 	OutOfSequence            uint64 // requests beyond the expected PSN
 	AcksSent, AcksRecv       uint64
 	Dropped                  uint64 // packets dropped as invalid or unexpected
+	CNPsSent, CNPsRecv       uint64 // RoCEv2 congestion notifications
+	ECNMarked                uint64 // packets received with ECN CE
+	WindowCuts               uint64 // send window reductions (timeout, NAK, CNP, CE)
+	Paced                    uint64 // retransmissions the Pacer held back for later
 }
 
 // Conn is the engine of one RC QP: requester, completer and responder.
@@ -203,7 +221,7 @@ func (c *Conn) Stats() Stats { return c.st }
 func (c *Conn) Dead() bool { return c.dead }
 
 // Idle reports whether nothing is queued, in flight or waiting to be sent.
-func (c *Conn) Idle() bool { return c.req.n == 0 && c.resp.outN == 0 }
+func (c *Conn) Idle() bool { return c.req.n == 0 && c.resp.outN == 0 && !c.resp.cnpPending }
 
 // fatal stops the engine and tells the host (for what is not a send
 // completion: requester errors end in SendComplete, see requester.fail).
@@ -223,6 +241,14 @@ func (c *Conn) Poll(now int64, pkt *Packet, buf []byte) bool {
 		return false
 	}
 	*pkt = Packet{DestQPN: c.cfg.DestQPN}
+	if c.resp.cnpPending && !c.dead {
+		// Congestion feedback first: it is worth most when it is early.
+		c.resp.cnpPending = false
+		pkt.Opcode = ib.CNP
+		c.st.CNPsSent++
+		c.st.PktsSent++
+		return true
+	}
 	if c.resp.poll(now, pkt, buf) || (!c.dead && c.req.poll(now, pkt, buf)) {
 		c.st.PktsSent++
 		c.st.BytesSent += uint64(len(pkt.Payload))
@@ -238,9 +264,27 @@ func (c *Conn) Receive(now int64, pkt *Packet) {
 	}
 	c.st.PktsRecv++
 	c.st.BytesRecv += uint64(len(pkt.Payload))
+	if pkt.Opcode == ib.CNP {
+		// Outside the PSN sequence and never acknowledged: it only slows
+		// the requester.
+		c.st.CNPsRecv++
+		c.req.cutWindow(now)
+		return
+	}
+	if pkt.CE {
+		c.st.ECNMarked++
+	}
 	if pkt.Opcode.Has(ib.MaskResponse) {
+		if pkt.CE {
+			// The requester is the sender this marking is about too:
+			// READ responses fill its own window.
+			c.req.cutWindow(now)
+		}
 		c.req.receive(now, pkt)
 	} else {
+		if pkt.CE {
+			c.resp.ceMarked(now)
+		}
 		c.resp.receive(now, pkt)
 	}
 }

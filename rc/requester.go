@@ -45,6 +45,13 @@ type requester struct {
 	rnrLeft           uint8
 	retrying          bool
 	retryPSN          uint32
+
+	// The congestion window (congestion.go).
+	cwnd, ssthresh int
+	credit         int   // PSNs acknowledged toward the next additive step
+	cutValid       bool  // lastCut is set
+	lastCut        int64 // when the window was last cut
+	paceAt         int64 // a retransmission waits for the Pacer until then; 0: none
 }
 
 func (r *requester) init(c *Conn) {
@@ -52,6 +59,7 @@ func (r *requester) init(c *Conn) {
 	r.ring = make([]sreq, c.cfg.MaxSendWR)
 	r.psn, r.sentEnd, r.una = c.cfg.SendPSN, c.cfg.SendPSN, c.cfg.SendPSN
 	r.retryLeft, r.rnrLeft = c.cfg.RetryCnt, c.cfg.RNRRetry
+	r.cwnd, r.ssthresh = c.cfg.Window, c.cfg.Window
 	r.maxRTO = ib.AckTimeout(c.cfg.Timeout).Nanoseconds() // 0: no timer
 	r.rto = min(r.maxRTO, max(c.cfg.MinRTO, 50e6))
 	if r.maxRTO > 0 && c.cfg.MinRTO > r.maxRTO {
@@ -100,9 +108,11 @@ func (r *requester) pkts(n uint32) uint32 {
 	return (n + r.mtu() - 1) / r.mtu()
 }
 
-// window returns how many more PSNs may be put in flight.
+// window returns how many more PSNs may be put in flight: the congestion
+// window (at most Config.Window) less those sent since the oldest
+// unacknowledged.
 func (r *requester) window() int {
-	return r.c.cfg.Window - int(ib.PSNDiff(r.psn, r.una))
+	return min(r.c.cfg.Window, r.cwnd) - int(ib.PSNDiff(r.psn, r.una))
 }
 
 func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
@@ -135,6 +145,17 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 	if r.window() <= 0 {
 		return false
 	}
+	if p := r.c.cfg.Pacer; p != nil {
+		if ib.PSNDiff(r.psn, r.sentEnd) < 0 {
+			// A retransmission: the device's pacer decides when.
+			if !p.take(now) {
+				r.paceAt = p.next()
+				r.c.st.Paced++
+				return false
+			}
+		}
+		r.paceAt = 0
+	}
 	mtu := r.mtu()
 	if !w.started {
 		w.started = true
@@ -165,7 +186,9 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 		}
 		r.off += seg
 		r.psn = ib.PSNAdd(r.psn, 1)
-		pkt.AckReq = last || r.sinceAck >= r.c.cfg.Window/4
+		// The last packet the window lets out asks too: a small window
+		// must get the ACK that reopens it.
+		pkt.AckReq = last || r.sinceAck >= r.c.cfg.Window/4 || r.window() <= 0
 		lastPkt = last
 	case ib.WRRDMARead:
 		// Requests follow a fixed grid of chunks, so a re-request after a
@@ -381,6 +404,14 @@ func (r *requester) ackUpTo(now int64, p uint32) {
 	if ib.PSNDiff(p, r.una) < 0 {
 		return // duplicate or stale
 	}
+	old := r.una
+	r.retireUpTo(now, p)
+	if d := ib.PSNDiff(r.una, old); d > 0 {
+		r.growWindow(int(d))
+	}
+}
+
+func (r *requester) retireUpTo(now int64, p uint32) {
 	progress := false
 	for r.n > 0 && !r.c.dead {
 		w := r.at(0)
@@ -499,6 +530,7 @@ func (r *requester) goBack(now int64, p uint32, timeout bool) {
 	}
 	if !timeout {
 		r.retrying, r.retryPSN = true, p
+		r.cutWindow(now)
 		r.rewind(p)
 		return
 	}
@@ -590,10 +622,16 @@ func (r *requester) deadline() int64 {
 	if r.rnrUntil != 0 && (d == 0 || r.rnrUntil < d) {
 		d = r.rnrUntil
 	}
+	if r.paceAt != 0 && (d == 0 || r.paceAt < d) {
+		d = r.paceAt
+	}
 	return d
 }
 
 func (r *requester) tick(now int64) {
+	if r.paceAt != 0 && now >= r.paceAt {
+		r.paceAt = 0 // the next Poll asks the pacer again
+	}
 	if r.deadlineAt == 0 || now < r.deadlineAt {
 		return
 	}
@@ -603,6 +641,7 @@ func (r *requester) tick(now int64) {
 	}
 	r.c.st.Timeouts++
 	r.rto = min(2*r.rto, r.maxRTO)
+	r.collapseWindow(now)
 	if now-r.budgetAt >= r.maxRTO {
 		// A whole QP timeout (4.096 µs × 2^timeout) passed without progress:
 		// that is what retry_cnt counts, as on InfiniBand.

@@ -70,6 +70,11 @@ type responder struct {
 	out     []outItem
 	outHead int
 	outN    int
+
+	// CNPs (congestion.go): one is due; when the last was.
+	cnpPending bool
+	cnpValid   bool
+	lastCNP    int64
 }
 
 func (r *responder) init(c *Conn) {

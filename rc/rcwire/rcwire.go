@@ -21,11 +21,17 @@ const DefaultPKey = 0xffff
 // ToWire fills wp with p addressed to QP destQPN: the BTH (P_Key
 // DefaultPKey; MigReq, FECN, BECN and TVer 0), the extension headers
 // p.Opcode carries, and p.Payload (aliased). Headers the opcode does not
-// carry are zero.
+// carry are zero. A CNP (ib.CNP) gets BECN and PSN 0, and nothing else.
+// p.CE is not carried: the provider marks ECN in the IP header.
 func ToWire(p *rc.Packet, destQPN uint32, wp *wire.Packet) {
 	*wp = wire.Packet{
 		BTH:     wire.BTH{Opcode: p.Opcode, SE: p.SE, PKey: DefaultPKey, DestQP: destQPN, AckReq: p.AckReq, PSN: p.PSN},
 		Payload: p.Payload,
+	}
+	if p.Opcode == ib.CNP {
+		// As mlx5 sends it (RoCEv2 annex A17.9.3): BECN set, PSN 0.
+		wp.BTH.BECN, wp.BTH.PSN, wp.BTH.AckReq, wp.BTH.SE, wp.Payload = true, 0, false, false, nil
+		return
 	}
 	m := p.Opcode.Mask()
 	if m&ib.MaskRETH != 0 {
