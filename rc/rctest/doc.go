@@ -8,12 +8,14 @@
 //
 //   - Network and Endpoint carry datagrams (RoCEv2 UDP payloads: BTH
 //     through ICRC) between addresses, applying the Faults of the
-//     network: loss, duplication, delay and reordering, corruption and
-//     partitions, all drawn from one seed. Endpoint's batch Send and Recv
+//     network: loss, duplication, delay and reordering, corruption,
+//     partitions, and a Bottleneck link before each endpoint that queues
+//     at a rate, drops on overflow and CE-marks above a threshold (RecvCE
+//     reports the mark), all drawn from one seed. Endpoint's batch Send and Recv
 //     have the shape of a UDP socket's sendmmsg and recvmmsg, and Notify
 //     wakes a blocked receiver, so a provider that owns its transport can
 //     run over the same faulty network. With Faults.Hold a script decides
-//     what arrives (Deliver, Drop, Duplicate), and Tap shows every datagram
+//     what arrives (Deliver, Drop, Duplicate, Mark), and Tap shows every datagram
 //     sent and what became of it.
 //   - Host is an rc.Host over one flat memory. It logs completions and
 //     flags every call the engine should not have made (a completion out of

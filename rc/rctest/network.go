@@ -26,13 +26,33 @@ type Faults struct {
 	// Hold keeps every datagram in flight until Deliver, Drop or Duplicate
 	// names it: a scripted test decides what arrives and when.
 	Hold bool
+	// Bottleneck, if its Rate is set, puts a link in front of every
+	// endpoint (a switch's egress port to it, which all senders share).
+	Bottleneck Bottleneck
+}
+
+// Bottleneck is the link in front of each endpoint: Rate bytes per second,
+// serialising the datagrams in sending order. A datagram that would find
+// more than Queue bytes waiting is dropped (NetStats.Overflowed, Fate
+// Overflowed); one that finds more than MarkAbove bytes waiting arrives
+// with ECN CE (NetStats.Marked, Datagram.CE), as an ECN-capable switch
+// marks above its threshold. Queue or MarkAbove 0: no limit, no marking.
+// MinDelay and Jitter are added after the link.
+type Bottleneck struct {
+	Rate      int64 // bytes per second; 0: no bottleneck
+	Queue     int   // bytes
+	MarkAbove int   // bytes
 }
 
 // Window is the time span [From, To), in ns of the network's clock.
 type Window struct{ From, To int64 }
 
 func (f Faults) String() string {
-	return fmt.Sprintf("loss %.3g dup %.3g corrupt %.3g delay %d+%dns partitions %v", f.Loss, f.Dup, f.Corrupt, f.MinDelay, f.Jitter, f.Partitions)
+	s := fmt.Sprintf("loss %.3g dup %.3g corrupt %.3g delay %d+%dns partitions %v", f.Loss, f.Dup, f.Corrupt, f.MinDelay, f.Jitter, f.Partitions)
+	if b := f.Bottleneck; b.Rate > 0 {
+		s += fmt.Sprintf(" bottleneck %d B/s queue %d mark above %d", b.Rate, b.Queue, b.MarkAbove)
+	}
+	return s
 }
 
 // Datagram is one datagram in flight.
@@ -41,6 +61,7 @@ type Datagram struct {
 	From, To netip.AddrPort
 	At       int64 // when it can be received; held datagrams have none yet
 	Data     []byte
+	CE       bool // ECN Congestion Experienced: marked at a Bottleneck, or by Mark
 }
 
 // NetStats are a network's counters, in datagrams.
@@ -53,6 +74,8 @@ type NetStats struct {
 	Corrupted   uint64 // copies with a bit flipped
 	Dropped     uint64 // held datagrams dropped by Drop
 	Received    uint64 // returned by Recv
+	Overflowed  uint64 // dropped at a full Bottleneck queue
+	Marked      uint64 // CE-marked at a Bottleneck or by Mark
 }
 
 // Network is a seeded in-memory datagram network with a virtual clock, in
@@ -87,10 +110,11 @@ const (
 	Lost                    // lost at random (Faults.Loss)
 	Partitioned             // lost to a partition
 	Unroutable              // sent to an address with no endpoint
+	Overflowed              // dropped at a full Bottleneck queue
 )
 
 func (f Fate) String() string {
-	return [...]string{"queued", "held", "lost", "partitioned", "unroutable"}[f]
+	return [...]string{"queued", "held", "lost", "partitioned", "unroutable", "overflowed"}[f]
 }
 
 // Tap has fn called for every copy of a datagram the network queues or
@@ -212,6 +236,22 @@ func (n *Network) Deliver(id uint64) bool {
 	return true
 }
 
+// Mark sets ECN CE on held datagram id, as a congested switch would;
+// false if none is held.
+func (n *Network) Mark(id uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	i := n.heldIndex(id)
+	if i < 0 {
+		return false
+	}
+	if !n.held[i].CE {
+		n.held[i].CE = true
+		n.stats.Marked++
+	}
+	return true
+}
+
 // Drop loses held datagram id; false if none is held.
 func (n *Network) Drop(id uint64) bool {
 	n.mu.Lock()
@@ -291,7 +331,25 @@ func (n *Network) send(from, to netip.AddrPort, b []byte) {
 			n.note(&d, Held)
 			continue
 		}
-		d.At = n.now.Load() + n.f.MinDelay
+		d.At = n.now.Load()
+		if b := &n.f.Bottleneck; b.Rate > 0 {
+			now := d.At
+			start := max(dst.linkFree, now)
+			queued := int((start - now) * b.Rate / 1e9)
+			if b.Queue > 0 && queued+len(d.Data) > b.Queue {
+				n.stats.Overflowed++
+				n.note(&d, Overflowed)
+				n.free = append(n.free, d.Data)
+				continue
+			}
+			if b.MarkAbove > 0 && queued > b.MarkAbove {
+				d.CE = true
+				n.stats.Marked++
+			}
+			dst.linkFree = start + (int64(len(d.Data))*1e9+b.Rate-1)/b.Rate
+			d.At = dst.linkFree
+		}
+		d.At += n.f.MinDelay
 		if n.f.Jitter > 0 {
 			d.At += n.rng.Int64N(n.f.Jitter + 1)
 		}
@@ -317,6 +375,9 @@ type Endpoint struct {
 	q     []Datagram   // arriving: a min-heap on (At, ID)
 	head  atomic.Int64 // q[0].At, or math.MaxInt64: Recv's lock-free look
 	ready chan struct{}
+	// linkFree is when the Bottleneck link to this endpoint has sent all
+	// it holds; n.mu guards it.
+	linkFree int64
 }
 
 // Addr returns the endpoint's address.
@@ -346,6 +407,13 @@ func (e *Endpoint) Send(to netip.AddrPort, pkts [][]byte) {
 // sender in from[i] (from may be nil). It returns how many it received, 0
 // if none has arrived; it never blocks.
 func (e *Endpoint) Recv(bufs [][]byte, sizes []int, from []netip.AddrPort) int {
+	return e.RecvCE(bufs, sizes, from, nil)
+}
+
+// RecvCE is Recv that also reports, in ce[i] (ce may be nil), whether
+// datagram i arrived CE-marked: what a socket reads from the IP header's
+// ECN field.
+func (e *Endpoint) RecvCE(bufs [][]byte, sizes []int, from []netip.AddrPort, ce []bool) int {
 	if e.head.Load() > e.n.now.Load() {
 		return 0 // nothing has arrived (a stale look only delays to the next call)
 	}
@@ -358,6 +426,9 @@ func (e *Endpoint) Recv(bufs [][]byte, sizes []int, from []netip.AddrPort) int {
 		sizes[k] = copy(bufs[k], d.Data)
 		if from != nil {
 			from[k] = d.From
+		}
+		if ce != nil {
+			ce[k] = d.CE
 		}
 		e.n.free = append(e.n.free, d.Data)
 	}

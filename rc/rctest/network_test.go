@@ -288,3 +288,63 @@ func TestTap(t *testing.T) {
 		t.Errorf("tapped %v, stats %+v", count, s)
 	}
 }
+
+// TestBottleneck: datagrams to one endpoint queue behind each other at the
+// link's rate; above MarkAbove bytes waiting they arrive CE-marked, and one
+// that would overflow Queue is dropped. Two senders share the link.
+func TestBottleneck(t *testing.T) {
+	n := NewNetwork(1, Faults{MinDelay: 100, Bottleneck: Bottleneck{Rate: 1e9, Queue: 3000, MarkAbove: 1000}})
+	a, b := n.Endpoint(addrA), n.Endpoint(addrB)
+	c := n.Endpoint(netip.MustParseAddrPort("10.0.0.3:4791"))
+	kb := func(tag byte) []byte { return bytes.Repeat([]byte{tag}, 1000) }
+	a.Send(addrB, [][]byte{kb(1), kb(2)})
+	c.Send(addrB, [][]byte{kb(3), kb(4)})
+	a.Send(addrB, [][]byte{kb(5)})
+	st := n.Stats()
+	if st.Overflowed != 2 || st.Marked != 1 {
+		t.Fatalf("stats %+v, want 2 overflowed (the 4th and 5th: 3000 bytes waiting), 1 marked (the 3rd: 2000 waiting)", st)
+	}
+	// At 1 byte/ns the three that fit leave the link at 1, 2 and 3 µs and
+	// arrive 100 ns later.
+	bufs, sizes, ce := [][]byte{make([]byte, 1000)}, []int{0}, []bool{false}
+	for i, want := range []struct {
+		at  int64
+		tag byte
+		ce  bool
+	}{{1100, 1, false}, {2100, 2, false}, {3100, 3, true}} {
+		if at, ok := b.Next(); !ok || at != want.at {
+			t.Fatalf("datagram %d due at %d (%v), want %d", i, at, ok, want.at)
+		}
+		n.Advance(want.at)
+		if k := b.RecvCE(bufs, sizes, nil, ce); k != 1 || bufs[0][0] != want.tag || ce[0] != want.ce {
+			t.Fatalf("datagram %d: got %d, tag %d, CE %v; want tag %d, CE %v", i, k, bufs[0][0], ce[0], want.tag, want.ce)
+		}
+	}
+	// The queue has drained: the link is idle again, nothing is marked.
+	n.Advance(10_000)
+	a.Send(addrB, [][]byte{kb(6)})
+	n.Advance(11_100)
+	if k := b.RecvCE(bufs, sizes, nil, ce); k != 1 || bufs[0][0] != 6 || ce[0] {
+		t.Fatalf("after the queue drained: got %d, tag %d, CE %v", k, bufs[0][0], ce[0])
+	}
+}
+
+// TestMark: a held datagram marked CE arrives marked.
+func TestMark(t *testing.T) {
+	n := NewNetwork(1, Faults{Hold: true})
+	a, b := n.Endpoint(addrA), n.Endpoint(addrB)
+	a.Send(addrB, datagrams(2))
+	h := n.Held()
+	if !n.Mark(h[1].ID) || n.Mark(999) {
+		t.Fatal("Mark of a held datagram failed, or of an unknown one succeeded")
+	}
+	n.Deliver(h[0].ID)
+	n.Deliver(h[1].ID)
+	bufs, sizes, ce := [][]byte{make([]byte, 64), make([]byte, 64)}, []int{0, 0}, []bool{false, false}
+	if k := b.RecvCE(bufs, sizes, nil, ce); k != 2 || ce[0] || !ce[1] {
+		t.Fatalf("got %d, CE %v", k, ce)
+	}
+	if st := n.Stats(); st.Marked != 1 {
+		t.Fatalf("marked %d", st.Marked)
+	}
+}

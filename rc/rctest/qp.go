@@ -38,6 +38,7 @@ type QP struct {
 	out       [][]byte
 	bufs      [][]byte
 	sizes     []int
+	ce        []bool
 	discarded uint64
 	pkt       rc.Packet
 	wp        wire.Packet
@@ -109,8 +110,9 @@ func (q *QP) Deliver(limit int) (int, error) {
 	for len(q.bufs) < limit {
 		q.bufs = append(q.bufs, make([]byte, maxHeaders+len(q.scratch)))
 		q.sizes = append(q.sizes, 0)
+		q.ce = append(q.ce, false)
 	}
-	n := q.ep.Recv(q.bufs[:limit], q.sizes[:limit], nil)
+	n := q.ep.RecvCE(q.bufs[:limit], q.sizes[:limit], nil, q.ce[:limit])
 	now := q.ep.n.Now()
 	pkt, wp := &q.pkt, &q.wp
 	for i := range n {
@@ -120,6 +122,7 @@ func (q *QP) Deliver(limit int) (int, error) {
 			continue
 		}
 		rcwire.FromWire(wp, pkt)
+		pkt.CE = q.ce[i]
 		if q.Trace != nil {
 			q.Trace(now, pkt)
 		}
