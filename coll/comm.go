@@ -120,31 +120,32 @@ type device struct {
 // Comm is a communicator: size ranks, this one rank, a link to every
 // other rank.
 type Comm struct {
-	rank, size  int
-	opt         Options
-	peers       []Peer
-	rankCaps    []map[string]verbs.DeviceCap // per rank, its devices' capabilities (published at NewComm)
-	devs        map[string]*device
-	devList     []*device              // devs, for the executor's polling loop
-	links       []*link                // by rank; nil for ourselves
-	primary     string                 // the device working buffers are allocated on
-	boot        *Boot                  // the bootstrap network, kept for barriers
-	work        *workBuf               // the registered working buffer
-	userMRs     map[userKey]*workBuf   // callers' buffers registered for large calls
-	programs    map[progKey][]execStep // compiled programs by call shape
-	programMode map[progKey]int        // the path each compiled program takes (modeNormal, modeLL, modeFL)
-	wide        []byte                 // float32 copies of float16 input and output
-	calls       uint32                 // collective calls so far (their number goes in the immediates)
-	idleSince   time.Time
-	model       Model
-	choices     map[choiceKey]algo.Algorithm
-	envAlgo     algo.Algorithm // IBEX_ALGO, read at NewComm (0: none)
-	broken      error          // set when a call failed: every later call fails with it
-	abortReq    atomic.Bool    // Abort was called
-	mismatched  bool           // Close found data no call received
-	notices     int            // abort notices posted, not completed
-	peerAborted int            // Close found an abort notice from this rank (-1: none)
-	yieldThread bool           // a waiting rank yields its thread too (a device of ours with CapProgressThread, or more local ranks than cores)
+	rank, size   int
+	opt          Options
+	peers        []Peer
+	rankCaps     []map[string]verbs.DeviceCap // per rank, its devices' capabilities (published at NewComm)
+	devs         map[string]*device
+	progressList []*device              // devices without CapCompleteAtPost, which the waits drive (exec.go)
+	devList      []*device              // devs, for the executor's polling loop
+	links        []*link                // by rank; nil for ourselves
+	primary      string                 // the device working buffers are allocated on
+	boot         *Boot                  // the bootstrap network, kept for barriers
+	work         *workBuf               // the registered working buffer
+	userMRs      map[userKey]*workBuf   // callers' buffers registered for large calls
+	programs     map[progKey][]execStep // compiled programs by call shape
+	programMode  map[progKey]int        // the path each compiled program takes (modeNormal, modeLL, modeFL)
+	wide         []byte                 // float32 copies of float16 input and output
+	calls        uint32                 // collective calls so far (their number goes in the immediates)
+	idleSince    time.Time
+	model        Model
+	choices      map[choiceKey]algo.Algorithm
+	envAlgo      algo.Algorithm // IBEX_ALGO, read at NewComm (0: none)
+	broken       error          // set when a call failed: every later call fails with it
+	abortReq     atomic.Bool    // Abort was called
+	mismatched   bool           // Close found data no call received
+	notices      int            // abort notices posted, not completed
+	peerAborted  int            // Close found an abort notice from this rank (-1: none)
+	yieldThread  bool           // a waiting rank yields its thread too (a device of ours with CapProgressThread, or more local ranks than cores)
 
 	// The protocols, each with its own state (normal.go, ll.go, fl.go),
 	// and what the LL and flagged paths share: their staging writes
@@ -266,6 +267,9 @@ func (c *Comm) device(name string) (*device, error) {
 	d := &device{name: name, caps: vc.QueryDevice().Caps, ctx: vc}
 	c.devs[name] = d
 	c.devList = append(c.devList, d)
+	if !d.caps.Has(verbs.CapCompleteAtPost) {
+		c.progressList = append(c.progressList, d)
+	}
 	if d.pd, err = vc.AllocPD(); err != nil {
 		return nil, err
 	}
@@ -571,7 +575,7 @@ func (c *Comm) Close() error {
 		}
 		keep(d.ctx.Close())
 	}
-	c.links, c.devs, c.devList = nil, nil, nil
+	c.links, c.devs, c.devList, c.progressList = nil, nil, nil, nil
 	if len(errs) > 0 {
 		err := fmt.Errorf("coll: close rank %d: %s", c.rank, strings.Join(errs, "; "))
 		if c.mismatched {

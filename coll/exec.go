@@ -458,7 +458,11 @@ func (c *Comm) execute(ctx context.Context, cl *call) error {
 				}
 			}
 			// Completions: our writes finishing, and what the normal path
-			// or a failing peer sends.
+			// or a failing peer sends. A device whose writes complete only
+			// when the target's transport has run them (no
+			// CapCompleteAtPost: udp) delivers in this goroutine, so it is
+			// driven every round the CQ is not polled: what LL and flagged
+			// wait for lands by it.
 			if p.wantCQ(first, idle) {
 				for _, d := range c.devList {
 					n, err := d.cq.Poll(wc)
@@ -471,6 +475,10 @@ func (c *Comm) execute(ctx context.Context, cl *call) error {
 						}
 					}
 					progressed = progressed || n > 0
+				}
+			} else {
+				for _, d := range c.progressList {
+					d.ctx.Progress()
 				}
 			}
 			first = false
