@@ -31,7 +31,9 @@ func newPerfCmd() *cobra.Command {
 			"Without SERVER, wait for clients on -p (default 18515) and serve one after another;\n" +
 			"with SERVER (a host name or address), connect to it and run the test. Flags keep\n" +
 			"perftest's names and defaults, the report its columns, and the TCP exchange its\n" +
-			"format, so the other end may be perftest itself (on a RoCE device).",
+			"format, so the other end may be perftest itself (on a RoCE device). Bandwidth\n" +
+			"reports add, below the table, the CPU this process spent (user+sys, getrusage)\n" +
+			"per GB moved and as a share of one core (also in --json).",
 		Example: "  ibex perf write_bw -d shm0                # server\n" +
 			"  ibex perf write_bw -d shm0 localhost      # client\n" +
 			"  ibex perf write_lat -d udp0 -a 10.0.0.1   # all sizes over RoCEv2/UDP",
