@@ -19,6 +19,7 @@ package rc_test
 //	deliver [#N ...]                    deliver the held datagrams named (default: all held)
 //	drop #N ...                         lose held datagrams
 //	dup #N                              hold a copy of a held datagram
+//	mark #N ...                         set ECN CE on held datagrams (a congested switch)
 //	stabilize                           deliver all, repeatedly, until nothing is held
 //	tick DUR                            advance the clock, firing every timer on the way
 //	partition, heal                     cut the network (what is sent meanwhile is lost), restore it
@@ -28,6 +29,7 @@ package rc_test
 //	expect a|b recvs STATUS...          the receive completions so far
 //	expect a|b word ADDR VALUE          the little-endian 64-bit word at ADDR
 //	expect a|b stat NAME VALUE          an rc.Stats counter
+//	expect a|b window N                 the requester's send window (rc.Conn.SendWindow)
 //	expect a|b running|stopped
 //	expect held N                       datagrams held
 //
@@ -242,6 +244,14 @@ func (s *scenario) run(line string) error {
 				return fmt.Errorf("#%d is not held", id)
 			}
 			s.printf("#%d is a copy of #%d", c, id)
+			return nil
+		})
+	case "mark":
+		err = s.eachHeld(rest, func(id uint64) error {
+			if !s.net.Mark(id) {
+				return fmt.Errorf("#%d is not held", id)
+			}
+			s.printf("#%d marked CE", id)
 			return nil
 		})
 	case "stabilize":
@@ -645,6 +655,14 @@ func (s *scenario) expect(f []string) error {
 		}
 		if v.Uint() != want {
 			return fmt.Errorf("%s is %d, want %d", rest[0], v.Uint(), want)
+		}
+	case "window":
+		want, err := strconv.Atoi(strings.Join(rest, ""))
+		if len(rest) != 1 || err != nil {
+			return fmt.Errorf("expect a|b window N")
+		}
+		if got := c.SendWindow(); got != want {
+			return fmt.Errorf("send window %d, want %d", got, want)
 		}
 	case "running", "stopped":
 		if (h.Stop != nil) != (what == "stopped") {
