@@ -25,6 +25,12 @@ type counters struct {
 	xmitMsgs, xmitSuper atomic.Uint64 // messages sent; of them GSO super-datagrams
 	rcvMsgs, rcvSuper   atomic.Uint64 // messages received; of them GRO super-datagrams
 	syscalls            atomic.Uint64 // sendmmsg and recvmmsg calls
+
+	// Who received (loop.go): messages received in a pass run by a
+	// goroutine that polled or posted (run to completion), and by the
+	// device's progress goroutine; wake-ups of that goroutine asleep in
+	// Recv by a post or a poll that found the device held (hand-offs).
+	inlineRcv, loopRcv, handoffs atomic.Uint64
 }
 
 func (d *device) counters() PortCounters {

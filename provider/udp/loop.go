@@ -64,7 +64,15 @@ func (d *device) post(c cmd) {
 		d.unlock()
 		return
 	}
-	if d.sleeping.Load() {
+	d.wake()
+}
+
+// wake wakes the progress goroutine if it sleeps in Recv; once per sleep
+// (the first waker clears sleeping), since SetReadDeadline costs a timer
+// update and a netpoller wake-up, and a spinning poller would repeat it.
+func (d *device) wake() {
+	if d.sleeping.Load() && d.sleeping.CompareAndSwap(true, false) {
+		d.ctrs.handoffs.Add(1)
 		_ = d.conn.SetReadDeadline(time.Now())
 	}
 }
@@ -82,9 +90,7 @@ func (d *device) progress() {
 	}
 	d.lastPoll.Store(d.now())
 	if !d.own.TryLock() {
-		if d.sleeping.Load() {
-			_ = d.conn.SetReadDeadline(time.Now())
-		}
+		d.wake()
 		return
 	}
 	d.run(true)
@@ -127,6 +133,7 @@ func (d *device) run(recv bool) (next int64) {
 		return next
 	}
 	if n, _ := d.conn.Recv(d.rx, false); n > 0 {
+		d.ctrs.inlineRcv.Add(uint64(n))
 		d.deliver(n, &d.pkt, &d.wp)
 		// What the engines answer leaves now, but the acknowledgements
 		// wait for the next pass, which the caller starts in a moment —
@@ -173,6 +180,7 @@ func (d *device) loop() {
 		if d.pending.Load() {
 			// More commands already: receive without waiting, and go on.
 			if n, _ := d.conn.Recv(d.rx, false); n > 0 {
+				d.ctrs.loopRcv.Add(uint64(n))
 				d.deliver(n, &d.pkt, &d.wp)
 			}
 			continue
@@ -210,6 +218,7 @@ func (d *device) loop() {
 			}
 		}
 		if n > 0 {
+			d.ctrs.loopRcv.Add(uint64(n))
 			d.deliver(n, &d.pkt, &d.wp)
 			// Let the goroutines the completions woke run now, on this
 			// processor, before the loop's own sends: a reply they post
