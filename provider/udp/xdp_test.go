@@ -48,8 +48,9 @@ func xdpRun(t testing.TB, args ...string) {
 	}
 }
 
-// newXDPPair makes the namespaces and the pair with the given MTU.
-func newXDPPair(t testing.TB, mtu int) *xdpPair {
+// newXDPPair makes the namespaces and the pair with the given MTU, with
+// IPv4 addresses or IPv6 ones.
+func newXDPPair(t testing.TB, mtu int, v6 bool) *xdpPair {
 	t.Helper()
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("cannot create network namespaces: the ip command (iproute2) is not installed")
@@ -61,6 +62,9 @@ func newXDPPair(t testing.TB, mtu int) *xdpPair {
 		p.ns[i] = fmt.Sprintf("ibxdp%d.%d%s", id, n, s)
 		p.dev[i] = fmt.Sprintf("ibxd%d.%d%s", id, n, s)
 		p.ip[i] = netip.MustParseAddr(fmt.Sprintf("10.%d.%d.%d", 100+os.Getpid()%100, 100+n%150, i+1))
+		if v6 {
+			p.ip[i] = netip.MustParseAddr(fmt.Sprintf("fd00:%x:%x::%d", os.Getpid()%65536, n, i+1))
+		}
 		if out, err := exec.Command("ip", "netns", "add", p.ns[i]).CombinedOutput(); err != nil {
 			t.Skipf("cannot create network namespaces here: ip netns add: %v: %s", err, out)
 		}
@@ -70,7 +74,11 @@ func newXDPPair(t testing.TB, mtu int) *xdpPair {
 	m := fmt.Sprint(mtu)
 	xdpRun(t, "ip", "link", "add", p.dev[0], "netns", p.ns[0], "mtu", m, "type", "veth", "peer", "name", p.dev[1], "netns", p.ns[1], "mtu", m)
 	for i := range 2 {
-		xdpRun(t, "ip", "-n", p.ns[i], "addr", "add", p.ip[i].String()+"/24", "dev", p.dev[i])
+		if v6 {
+			xdpRun(t, "ip", "-n", p.ns[i], "addr", "add", p.ip[i].String()+"/64", "dev", p.dev[i], "nodad")
+		} else {
+			xdpRun(t, "ip", "-n", p.ns[i], "addr", "add", p.ip[i].String()+"/24", "dev", p.dev[i])
+		}
 		xdpRun(t, "ip", "-n", p.ns[i], "link", "set", p.dev[i], "up")
 		xdpRun(t, "ip", "-n", p.ns[i], "link", "set", "lo", "up")
 	}
@@ -111,9 +119,9 @@ func skipNoXDP(t testing.TB, err error) {
 }
 
 // xdpConns opens a bare AF_XDP conn at each end of a new pair.
-func xdpConns(t testing.TB, mtu int) (p *xdpPair, a, b *xdpConn) {
+func xdpConns(t testing.TB, mtu int, v6 bool) (p *xdpPair, a, b *xdpConn) {
 	t.Helper()
-	p = newXDPPair(t, mtu)
+	p = newXDPPair(t, mtu, v6)
 	var conns [2]*xdpConn
 	for i := range 2 {
 		var err error
@@ -190,12 +198,23 @@ func ibPacket(t testing.TB, src, dst netip.AddrPort, qpn uint32, payload []byte)
 }
 
 // TestXDPConnHeaders: what a conn sends arrives with the source port
-// asked for, IPv4 ID 0 (filled in message.ID), no CE, and an ICRC that
-// checks in all 32 bits against the real headers; each of the 32 one-bit
-// corruptions of the ICRC fails that check (the loop drops such a
-// datagram when ID ≥ 0), with the multi-buffer path as well.
+// asked for, IPv4 ID 0 (filled in message.ID; -1 over IPv6), no CE, and
+// an ICRC that checks in all 32 bits against the real headers; each of
+// the 32 one-bit corruptions of the ICRC fails that check (the loop drops
+// such a datagram when ID ≥ 0), with the multi-buffer path as well; over
+// IPv4 and IPv6.
 func TestXDPConnHeaders(t *testing.T) {
-	p, a, b := xdpConns(t, 4200)
+	for _, v6 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ipv6=%v", v6), func(t *testing.T) { testXDPConnHeaders(t, v6) })
+	}
+}
+
+func testXDPConnHeaders(t *testing.T, v6 bool) {
+	p, a, b := xdpConns(t, 4200, v6)
+	want := int32(0)
+	if v6 {
+		want = -1
+	}
 	dst := netip.AddrPortFrom(p.ip[1], wire.UDPPort)
 	rx := newRecvBatch(8, false)
 	for _, size := range []int{0, 64, 4096} {
@@ -211,10 +230,10 @@ func TestXDPConnHeaders(t *testing.T) {
 		if n != 1 || !bytes.Equal(m.Buffers[0][:m.N], good) || m.Seg != m.N {
 			t.Fatalf("%d B: received %d messages, N %d, Seg %d; want the %d bytes sent", size, n, m.N, m.Seg, len(good))
 		}
-		if m.Addr != netip.AddrPortFrom(p.ip[0], sport) || m.ID != 0 || m.CE {
-			t.Fatalf("%d B: source %v ID %d CE %v, want %v:%d ID 0", size, m.Addr, m.ID, m.CE, p.ip[0], sport)
+		if m.Addr != netip.AddrPortFrom(p.ip[0], sport) || m.ID != want || m.CE {
+			t.Fatalf("%d B: source %v ID %d CE %v, want %v:%d ID %d", size, m.Addr, m.ID, m.CE, p.ip[0], sport, want)
 		}
-		pre, _ := wire.NewICRCPrefix(&wire.Encap{Src: m.Addr, Dst: dst, ID: uint16(m.ID), DF: true})
+		pre, _ := wire.NewICRCPrefix(&wire.Encap{Src: m.Addr, Dst: dst, ID: uint16(max(m.ID, 0)), DF: true})
 		if err := pre.Check(m.Buffers[0][:m.N]); err != nil {
 			t.Fatalf("%d B: the full ICRC check fails on a good datagram: %v", size, err)
 		}
@@ -225,10 +244,10 @@ func TestXDPConnHeaders(t *testing.T) {
 			if recvOne(t, b, rx) != 1 {
 				t.Fatal("one datagram sent, more received")
 			}
-			if m.ID < 0 {
-				t.Fatalf("ICRC bit %d: message.ID %d; the loop would check only 16 bits", bit, m.ID)
+			if m.ID != want {
+				t.Fatalf("ICRC bit %d: message.ID %d, want %d (with -1 the loop checks only 16 bits of IPv4's)", bit, m.ID, want)
 			}
-			pre, _ := wire.NewICRCPrefix(&wire.Encap{Src: m.Addr, Dst: dst, ID: uint16(m.ID), DF: true})
+			pre, _ := wire.NewICRCPrefix(&wire.Encap{Src: m.Addr, Dst: dst, ID: uint16(max(m.ID, 0)), DF: true})
 			if pre.Check(m.Buffers[0][:m.N]) == nil {
 				t.Errorf("%d B: ICRC bit %d flipped passes the full check", size, bit)
 			}
@@ -242,7 +261,7 @@ func TestXDPConnHeaders(t *testing.T) {
 // TestXDPConnAllocs: a conn's Send and Recv allocate nothing once the
 // peer is known.
 func TestXDPConnAllocs(t *testing.T) {
-	p, a, b := xdpConns(t, 1500)
+	p, a, b := xdpConns(t, 1500, false)
 	dst := netip.AddrPortFrom(p.ip[1], wire.UDPPort)
 	pkt := ibPacket(t, netip.AddrPortFrom(p.ip[0], wire.UDPPort), dst, 1, make([]byte, 64))
 	msgs := []message{{Buffers: [][]byte{pkt, pkt}, Addr: dst}}
@@ -269,7 +288,7 @@ func TestXDPConnAllocs(t *testing.T) {
 // another goroutine; Recv without wait on an empty ring makes no system
 // call.
 func TestXDPWaitAndWake(t *testing.T) {
-	_, _, b := xdpConns(t, 1500)
+	_, _, b := xdpConns(t, 1500, false)
 	rx := newRecvBatch(4, false)
 	sc := b.ctrs.syscalls.Load()
 	for range 1000 {
@@ -354,7 +373,7 @@ func TestXDPFallback(t *testing.T) {
 	_ = c.Close()
 
 	// An interface with an XDP program of somebody else's.
-	p := newXDPPair(t, 1500)
+	p := newXDPPair(t, 1500, false)
 	var other *xsk.Socket
 	inNetns(t, p.ns[0], func() {
 		ifc, e := net.InterfaceByName(p.dev[0])
@@ -546,7 +565,7 @@ func TestXDPNamespaces(t *testing.T) {
 		t.Skip("-short: namespaces and megabytes of RDMA")
 	}
 	t.Setenv("IBEX_UDP_XDP", "on")
-	p := newXDPPair(t, 4200)
+	p := newXDPPair(t, 4200, false)
 	var devs [2]string
 	for i := range 2 {
 		devs[i] = fmt.Sprintf("xdp%d.%d", os.Getpid(), xdpSeq.Add(1))
@@ -645,7 +664,7 @@ func TestXDPNamespaces(t *testing.T) {
 func BenchmarkPingPong64(b *testing.B) {
 	for _, kind := range []string{"xdp", "socket"} {
 		b.Run(kind, func(b *testing.B) {
-			p := newXDPPair(b, 1500)
+			p := newXDPPair(b, 1500, false)
 			var conns [2]batchConn
 			for i := range 2 {
 				var err error
@@ -723,6 +742,12 @@ func BenchmarkPingPong64(b *testing.B) {
 			b.ReportMetric(float64(rtt[b.N*99/100].Nanoseconds())/1e3, "p99-µs")
 			if lost > 0 {
 				b.ReportMetric(float64(lost), "lost")
+				for i, c := range conns {
+					if x, ok := c.(*xdpConn); ok {
+						st, _ := x.sock.XDPStatistics()
+						b.Logf("end %d: tx %d dropped %d, rx %d bad %d; kernel %+v", i, x.st.txFrames.Load(), x.st.txDrop.Load(), x.st.rxFrames.Load(), x.st.rxBad.Load(), st)
+					}
+				}
 			}
 		})
 	}
@@ -735,7 +760,7 @@ func BenchmarkPingPong64(b *testing.B) {
 // It takes the good one (here to a QP that does not exist: UnknownQP).
 func TestXDPDeviceICRC(t *testing.T) {
 	t.Setenv("IBEX_UDP_XDP", "on")
-	p := newXDPPair(t, 1500)
+	p := newXDPPair(t, 1500, false)
 	dev := fmt.Sprintf("xdp%d.%d", os.Getpid(), xdpSeq.Add(1))
 	if err := AddDevice(dev, netip.AddrPortFrom(p.ip[1], 0)); err != nil {
 		t.Fatal(err)
