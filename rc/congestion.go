@@ -25,37 +25,43 @@ package rc
 //   - the last packet the window lets out asks for an acknowledgement, so a
 //     small window always gets the ACK that reopens it.
 //
-// Across QPs: a Pacer limits the retransmitted packets per unit of time of
-// all the engines that share it (one per device), so that QPs timing out
-// together do not put their retransmissions ahead of the ACKs that would
-// have stopped them. An engine the pacer refuses keeps the packet for
-// later and returns the pacer's next slot as its Deadline: it is polled
-// again, and new data is never held back by it.
+// Across QPs: a Pacer spaces the retransmissions of all the engines that
+// share it (one per device), so that QPs timing out together do not put
+// their go-back-N windows ahead of the ACKs that would have stopped them:
+// retransmissions are what a congestion collapse is made of, while new
+// data is already clocked by each window's ACKs. An engine the pacer puts
+// off keeps the packet and returns its slot as its Deadline: it is polled
+// again then, and new data is never held back by it.
 
 const (
 	cutFloor = 2 // smallest window after a multiplicative cut
 )
 
 // Pacer limits the retransmitted packets per unit of time of the engines
-// that share it (Config.Pacer): a token bucket of Burst packets refilled
-// one per Interval. It is not safe for concurrent use: the engines sharing
-// it must be driven by one goroutine at a time, with a happens-before edge
-// between them (a device's engines run under its lock), and it needs no
-// lock of its own.
+// that share it (Config.Pacer): Burst of them may go at once, then one per
+// Interval (a token bucket, kept as GCRA's theoretical arrival time). An
+// engine it refuses is given a slot of its own in the future, and sends
+// then: the QPs that time out together leave one by one, in the order
+// they asked, and none is polled in vain meanwhile.
+//
+// A Pacer is not safe for concurrent use: the engines sharing it must be
+// driven by one goroutine at a time, with a happens-before edge between
+// them (a device's engines run under its lock), so it needs no lock of
+// its own.
 type Pacer struct {
-	interval int64 // ns per token
-	burst    int
-	tokens   int
-	last     int64 // time of the last refill
-	started  bool
-	denied   uint64
+	interval int64 // ns per retransmission
+	tau      int64 // (burst-1) × interval: how far ahead of now tat may run
+	tat      int64 // theoretical arrival time of the next retransmission
+	reserved uint64
 }
 
-// Pacer defaults: one retransmission per 10 µs (100,000 per second) after
-// a burst of 64, which a loopback or a 10 GbE socket path absorbs.
+// Pacer defaults: a burst of 128 retransmissions (a default window), then
+// one per 2 µs (500,000 a second, about what one core moves through a UDP
+// socket), so a go-back-N after a loss costs a fraction of a millisecond
+// while a thousand QPs timing out at once are spread over 2 ms.
 const (
-	DefaultPaceInterval = 10_000
-	DefaultPaceBurst    = 64
+	DefaultPaceInterval = 2_000
+	DefaultPaceBurst    = 128
 )
 
 // NewPacer returns a pacer that lets burst retransmissions through at once
@@ -68,40 +74,24 @@ func NewPacer(interval int64, burst int) *Pacer {
 	if burst <= 0 {
 		burst = DefaultPaceBurst
 	}
-	return &Pacer{interval: interval, burst: burst, tokens: burst}
+	return &Pacer{interval: interval, tau: int64(burst-1) * interval, tat: -1 << 62}
 }
 
-func (p *Pacer) refill(now int64) {
-	if !p.started || now < p.last {
-		p.started, p.last = true, now
-		return
+// reserve returns when a retransmission asked for at now may go: now, or a
+// later slot, which is then the caller's.
+func (p *Pacer) reserve(now int64) int64 {
+	t := max(p.tat, now)
+	p.tat = t + p.interval
+	if t-now <= p.tau {
+		return now
 	}
-	if p.tokens >= p.burst {
-		p.last = now
-		return
-	}
-	if n := (now - p.last) / p.interval; n > 0 {
-		p.tokens = min(p.burst, p.tokens+int(n))
-		p.last += n * p.interval
-	}
+	p.reserved++
+	return t - p.tau
 }
 
-// take spends a token at now; false: none left.
-func (p *Pacer) take(now int64) bool {
-	p.refill(now)
-	if p.tokens > 0 {
-		p.tokens--
-		return true
-	}
-	p.denied++
-	return false
-}
-
-// next is when the next token arrives (after a take that failed).
-func (p *Pacer) next() int64 { return p.last + p.interval }
-
-// Denied returns how many retransmissions the pacer has held back.
-func (p *Pacer) Denied() uint64 { return p.denied }
+// Reserved returns how many retransmissions the pacer has put off to a
+// later slot.
+func (p *Pacer) Reserved() uint64 { return p.reserved }
 
 // SendWindow returns the requester's current send window in PSNs (the
 // congestion window, at most Config.Window).

@@ -51,7 +51,7 @@ type requester struct {
 	credit         int   // PSNs acknowledged toward the next additive step
 	cutValid       bool  // lastCut is set
 	lastCut        int64 // when the window was last cut
-	paceAt         int64 // a retransmission waits for the Pacer until then; 0: none
+	paceAt         int64 // the next retransmission's Pacer slot; 0: none yet
 }
 
 func (r *requester) init(c *Conn) {
@@ -147,10 +147,14 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 	}
 	if p := r.c.cfg.Pacer; p != nil {
 		if ib.PSNDiff(r.psn, r.sentEnd) < 0 {
-			// A retransmission: the device's pacer decides when.
-			if !p.take(now) {
-				r.paceAt = p.next()
-				r.c.st.Paced++
+			// A retransmission: the device's pacer says when.
+			if r.paceAt == 0 {
+				if at := p.reserve(now); at > now {
+					r.paceAt = at // our slot: Deadline returns it
+					r.c.st.Paced++
+					return false
+				}
+			} else if now < r.paceAt {
 				return false
 			}
 		}
@@ -622,16 +626,13 @@ func (r *requester) deadline() int64 {
 	if r.rnrUntil != 0 && (d == 0 || r.rnrUntil < d) {
 		d = r.rnrUntil
 	}
-	if r.paceAt != 0 && (d == 0 || r.paceAt < d) {
-		d = r.paceAt
+	if r.paceAt != 0 && (d == 0 || r.paceAt < d) && ib.PSNDiff(r.psn, r.sentEnd) < 0 {
+		d = r.paceAt // a retransmission waits for its pacer slot
 	}
 	return d
 }
 
 func (r *requester) tick(now int64) {
-	if r.paceAt != 0 && now >= r.paceAt {
-		r.paceAt = 0 // the next Poll asks the pacer again
-	}
 	if r.deadlineAt == 0 || now < r.deadlineAt {
 		return
 	}
@@ -642,6 +643,7 @@ func (r *requester) tick(now int64) {
 	r.c.st.Timeouts++
 	r.rto = min(2*r.rto, r.maxRTO)
 	r.collapseWindow(now)
+	r.paceAt = 0 // a new retransmission: a new slot
 	if now-r.budgetAt >= r.maxRTO {
 		// A whole QP timeout (4.096 µs × 2^timeout) passed without progress:
 		// that is what retry_cnt counts, as on InfiniBand.
