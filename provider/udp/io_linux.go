@@ -28,6 +28,13 @@ import (
 // super-datagram whole, with a UDP_GRO control message giving its segment
 // size; the loop splits it. Without GRO the kernel segments it for us.
 //
+// ECN (RFC 3168, as RoCEv2 uses it): every datagram leaves ECT(0) (IP_TOS,
+// IPV6_TCLASS on the socket), so a congested queue on the way (a switch,
+// a qdisc with ecn) marks it CE instead of dropping it; the TOS or traffic
+// class of each received datagram comes with it (IP_RECVTOS,
+// IPV6_RECVTCLASS), and message.CE reports CE. The ICRC masks both fields,
+// so marking on the way does not break it. IBEX_UDP_ECN=0 turns it off.
+//
 // Both fall back to plain datagrams: GSO when the kernel refuses a
 // super-datagram (EIO: the egress device lacks checksum offload; EINVAL),
 // detected once and remembered; GRO when the socket option is refused.
@@ -41,6 +48,14 @@ const (
 	sockBuf      = 16 << 20 // socket buffers requested (SO_RCVBUFFORCE as root)
 	cmsgU16Space = 24       // unix.CmsgSpace(2) on 64-bit Linux, a control buffer per message
 	cmsgIntSpace = 24       // unix.CmsgSpace(4)
+	// rcvCtlSpace is a received message's control buffer: UDP_GRO's
+	// segment size (an int) and the TOS (IP_TOS, a byte) or traffic class
+	// (IPV6_TCLASS, an int), CmsgSpace(4) each.
+	rcvCtlSpace = 2 * cmsgIntSpace
+
+	ecnMask = 0x03 // the ECN field of the TOS / traffic class
+	ecnECT0 = 0x02 // ECN-capable transport, codepoint 0 (what RoCEv2 NICs send)
+	ecnCE   = 0x03 // congestion experienced
 )
 
 // sockIO is a device's UDP socket as a batchConn. Only the loop goroutine
@@ -54,6 +69,7 @@ type sockIO struct {
 	v6    bool // an AF_INET6 socket
 	gso   bool // send super-datagrams
 	gro   bool // the socket delivers super-datagrams
+	ecn   bool // datagrams leave ECT(0); received ones carry their TOS
 
 	// Send.
 	msgs  []message // the messages of the Send in progress: the caller's, or own
@@ -163,6 +179,9 @@ func newSockIO(conn *net.UDPConn, c *counters) (*sockIO, error) {
 		if !envOff("IBEX_UDP_GRO") && unix.SetsockoptInt(s.fd, unix.SOL_UDP, unix.UDP_GRO, 1) == nil {
 			s.gro = true
 		}
+		if !envOff("IBEX_UDP_ECN") {
+			s.ecn = setECN(s.fd, s.v6)
+		}
 	})
 	s.own = make([]message, 0, txCap)
 	s.hdrs = make([]unix.Mmsghdr, txCap)
@@ -173,13 +192,13 @@ func newSockIO(conn *net.UDPConn, c *counters) (*sockIO, error) {
 	s.rhdrs = make([]unix.Mmsghdr, txCap)
 	s.riovs = make([]unix.Iovec, txCap)
 	s.rnames = make([]unix.RawSockaddrInet6, txCap)
-	s.rctl = make([]byte, txCap*cmsgIntSpace)
+	s.rctl = make([]byte, txCap*rcvCtlSpace)
 	for i := range s.rhdrs {
 		h := &s.rhdrs[i].Hdr
 		h.Iov = &s.riovs[i]
 		h.SetIovlen(1)
 		h.Name = (*byte)(unsafe.Pointer(&s.rnames[i]))
-		h.Control = &s.rctl[i*cmsgIntSpace]
+		h.Control = &s.rctl[i*rcvCtlSpace]
 	}
 	s.rdirty = len(s.rhdrs)
 	s.readFn = s.readBatch
@@ -362,7 +381,7 @@ func (s *sockIO) recv() (int, syscall.Errno) {
 	for i := range s.rhdrs[:s.rdirty] {
 		h := &s.rhdrs[i].Hdr
 		h.Namelen = unix.SizeofSockaddrInet6
-		h.SetControllen(cmsgIntSpace)
+		h.SetControllen(rcvCtlSpace)
 		h.Flags = 0
 	}
 	for {
@@ -402,27 +421,57 @@ func (s *sockIO) message(i int, m *message) {
 		return
 	}
 	m.N, m.Seg, m.Addr = n, n, src
-	if s.gro && h.Hdr.Flags&unix.MSG_CTRUNC == 0 {
-		if g := groSize(s.rctl[i*cmsgIntSpace:][:min(int(h.Hdr.Controllen), cmsgIntSpace)]); g > 0 && g < n {
+	if (s.gro || s.ecn) && h.Hdr.Flags&unix.MSG_CTRUNC == 0 {
+		g, tos, ok := parseControl(s.rctl[i*rcvCtlSpace:][:min(int(h.Hdr.Controllen), rcvCtlSpace)])
+		if g > 0 && g < n {
 			m.Seg = g
 		}
+		m.CE = ok && tos&ecnMask == ecnCE
 	}
+}
+
+// setECN makes the socket send ECT(0) and report the TOS (traffic class)
+// of what it receives; false if the kernel refused (no ECN then).
+func setECN(fd int, v6 bool) bool {
+	// An AF_INET6 socket sends IPv4 (to mapped addresses) with IP_TOS and
+	// IPv6 with IPV6_TCLASS, and reports each with its own option.
+	ok := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, ecnECT0) == nil &&
+		unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1) == nil
+	if v6 {
+		ok = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, ecnECT0) == nil &&
+			unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1) == nil
+	}
+	return ok
 }
 
 // groSize returns the segment size in a UDP_GRO control message, or 0.
 func groSize(c []byte) int {
+	g, _, _ := parseControl(c)
+	return g
+}
+
+// parseControl reads a received message's control messages: the UDP_GRO
+// segment size (0: none) and the IP TOS or IPv6 traffic class (ok: one was
+// there). Malformed control data yields what was read before it.
+func parseControl(c []byte) (seg int, tos byte, ok bool) {
 	for len(c) >= unix.SizeofCmsghdr {
 		ch := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 		l := int(ch.Len)
 		if l < unix.SizeofCmsghdr || l > len(c) {
-			return 0
+			return seg, tos, ok
 		}
-		if ch.Level == unix.SOL_UDP && ch.Type == unix.UDP_GRO && l >= unix.CmsgLen(4) {
-			return int(binary.NativeEndian.Uint32(c[unix.CmsgLen(0):]))
+		data := c[unix.CmsgLen(0):l]
+		switch {
+		case ch.Level == unix.SOL_UDP && ch.Type == unix.UDP_GRO && len(data) >= 4:
+			seg = int(binary.NativeEndian.Uint32(data))
+		case ch.Level == unix.IPPROTO_IP && ch.Type == unix.IP_TOS && len(data) >= 1:
+			tos, ok = data[0], true // one byte
+		case ch.Level == unix.IPPROTO_IPV6 && ch.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			tos, ok = byte(binary.NativeEndian.Uint32(data)), true // an int
 		}
 		c = c[min(len(c), unix.CmsgSpace(l-unix.CmsgLen(0))):]
 	}
-	return 0
+	return seg, tos, ok
 }
 
 // putSockaddr writes peer as a sockaddr of the socket's family into sa and
