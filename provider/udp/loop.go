@@ -128,7 +128,9 @@ func (d *device) unlock() {
 // and the engines' answers to it. The caller holds own.
 func (d *device) run(recv bool) (next int64) {
 	d.commands()
+	d.lazyAcks = recv
 	next = d.transmit(d.now(), &d.pkt, &d.wp)
+	d.lazyAcks = false
 	if !recv {
 		return next
 	}

@@ -38,7 +38,7 @@ func (d *device) transmit(now int64, pkt *rc.Packet, wp *wire.Packet) (next int6
 		d.ready[i] = nil
 	}
 	d.ready = d.ready[:0]
-	if !d.deferAcks {
+	if len(d.held) > 0 && !d.keepAcks(now) {
 		d.release(nil, wp)
 	}
 	d.tx.flush()
@@ -98,6 +98,27 @@ func (d *device) drain(now int64, q *qpDriver, pkt *rc.Packet, wp *wire.Packet) 
 	return e.Deadline()
 }
 
+// ackDelay bounds how long a poller's pass keeps acknowledgements back
+// when it has nothing else to send (see keepAcks): well under the peers'
+// 2 ms RTO floor, and longer than a spinning program takes to post the
+// reply or the next piece that carries them.
+const ackDelay = 20_000 // ns
+
+// keepAcks reports whether the held acknowledgements may wait for the
+// next pass instead of leaving in this one. They wait in a poller's pass
+// (run to completion) — right after a receive (deferAcks), since the
+// poller is about to answer what it received, and while the pass has no
+// other datagram to send, up to ackDelay — so that they leave in the same
+// system call as the poller's next request (on AF_XDP one sendto kick for
+// the batch; on a socket one super-datagram to the peer) instead of one
+// of their own. The progress goroutine and posts send them at once.
+func (d *device) keepAcks(now int64) bool {
+	if d.deferAcks {
+		return true
+	}
+	return d.lazyAcks && d.tx.nbuf == 0 && now-d.heldAt < ackDelay
+}
+
 // heldPkt is an acknowledgement waiting for the end of a transmit pass.
 type heldPkt struct {
 	q   *qpDriver
@@ -112,8 +133,20 @@ type heldPkt struct {
 // are independent streams (IBA 9.5, rxe sends them from separate tasks);
 // within the responses of a QP the order is kept.
 func (d *device) hold(q *qpDriver, pkt *rc.Packet, wp *wire.Packet) {
+	if n := len(d.held); n > 0 && pkt.Opcode == ib.RCAck && pkt.Syndrome == ib.SynACK {
+		// A plain ACK is cumulative: it replaces the QP's plain ACK held
+		// last (nothing of that QP was queued after it).
+		if h := &d.held[n-1]; h.q == q && h.pkt.Opcode == ib.RCAck && h.pkt.Syndrome == ib.SynACK {
+			h.pkt = *pkt
+			h.pkt.Payload = nil
+			return
+		}
+	}
 	if len(d.held) == cap(d.held) {
 		d.release(nil, wp)
+	}
+	if len(d.held) == 0 {
+		d.heldAt = d.now()
 	}
 	d.held = append(d.held, heldPkt{q: q, pkt: *pkt})
 	d.held[len(d.held)-1].pkt.Payload = nil
