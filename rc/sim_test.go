@@ -74,3 +74,38 @@ func TestSimulationPartition(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulationCongestion: the random simulations with a bottleneck
+// (RandomConfig) do exercise the congestion response: over the first 300
+// seeds, queues overflow and mark, responders send CNPs that requesters
+// receive, windows are cut and the pacer defers retransmissions.
+func TestSimulationCongestion(t *testing.T) {
+	var net rctest.NetStats
+	var st rc.Stats
+	runs := 0
+	for seed := uint64(1); seed <= 300; seed++ {
+		cfg := rctest.RandomConfig(seed)
+		if cfg.Faults.Bottleneck.Rate == 0 {
+			continue
+		}
+		runs++
+		cfg.Check, cfg.Describe = check, rc.DebugState
+		res, err := rctest.Run(cfg)
+		if err != nil {
+			t.Fatalf("%v (replay: go test ./rc -run 'TestSimulation$' -rc.seed=%d): %v", cfg, seed, err)
+		}
+		net.Overflowed += res.Net.Overflowed
+		net.Marked += res.Net.Marked
+		for _, s := range []rc.Stats{res.A, res.B} {
+			st.CNPsSent += s.CNPsSent
+			st.CNPsRecv += s.CNPsRecv
+			st.WindowCuts += s.WindowCuts
+			st.Paced += s.Paced
+		}
+	}
+	t.Logf("%d runs with a bottleneck: %d overflowed, %d marked; %d CNPs sent, %d received; %d window cuts; %d retransmissions paced",
+		runs, net.Overflowed, net.Marked, st.CNPsSent, st.CNPsRecv, st.WindowCuts, st.Paced)
+	if runs == 0 || net.Overflowed == 0 || net.Marked == 0 || st.CNPsSent == 0 || st.CNPsRecv == 0 || st.WindowCuts == 0 || st.Paced == 0 {
+		t.Fatal("the simulations do not exercise every part of the congestion response")
+	}
+}

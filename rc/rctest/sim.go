@@ -23,6 +23,9 @@ type Config struct {
 	Timeout  uint8 // the QP timeout attribute; 0 = 14 (67 ms)
 	RetryCnt uint8 // retry_cnt; 0 = 7
 	Faults   Faults
+	// Pace has the two engines share an rc.Pacer (rc's defaults), as the
+	// engines of one device do.
+	Pace bool
 	// WantFail, when not ib.WCSuccess, is the error the run must end in:
 	// a side's last completion has this status (a partition longer than
 	// the retry budget ends in ib.WCRetryExcErr).
@@ -43,8 +46,8 @@ type Config struct {
 }
 
 func (c Config) String() string {
-	return fmt.Sprintf("seed %d: %d requests, mtu %d, window %d, timeout %d, retry_cnt %d, faults: %v",
-		c.Seed, c.Requests, c.MTU, c.Window, c.Timeout, c.RetryCnt, c.Faults)
+	return fmt.Sprintf("seed %d: %d requests, mtu %d, window %d, timeout %d, retry_cnt %d, pace %v, faults: %v",
+		c.Seed, c.Requests, c.MTU, c.Window, c.Timeout, c.RetryCnt, c.Pace, c.Faults)
 }
 
 func (c *Config) setDefaults() {
@@ -67,8 +70,9 @@ func (c *Config) setDefaults() {
 
 // RandomConfig draws a simulation from seed: 20 to 79 requests a side,
 // any path MTU, a window of 4 to 67 PSNs, and faults from none to a few
-// percent of loss, duplication and corruption, delay with jitter, and in
-// one run of four a partition that heals within the retry budget.
+// percent of loss, duplication and corruption, delay with jitter, in one
+// run of four a partition that heals within the retry budget, and in one
+// of three a Bottleneck that drops and CE-marks, with a shared rc.Pacer.
 func RandomConfig(seed uint64) Config {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	c := Config{Seed: seed, Requests: 20 + rng.IntN(60), MTU: 256 << rng.IntN(5), Window: 4 + rng.IntN(64), Timeout: 14, RetryCnt: 7}
@@ -85,6 +89,14 @@ func RandomConfig(seed uint64) Config {
 	if rng.IntN(4) == 0 {
 		start := rng.Int64N(5e6)
 		c.Faults.Partitions = []Window{{start, start + rng.Int64N(5e6)}}
+	}
+	// In one run of three, a bottleneck of 50 MB/s to 1 GB/s before each
+	// side, a queue of 8 to 136 KiB that CE-marks above a quarter of it,
+	// and a pacer for the retransmissions.
+	if rng.IntN(3) == 0 {
+		q := 8<<10 + rng.IntN(128<<10)
+		c.Faults.Bottleneck = Bottleneck{Rate: 5e7 + rng.Int64N(95e7), Queue: q, MarkAbove: q / 4}
+		c.Pace = true
 	}
 	return c
 }
@@ -163,11 +175,15 @@ func Run(cfg Config) (Result, error) {
 	b.workload(rng, cfg.Requests, cfg.MTU)
 	psn := [2]uint32{rng.Uint32() & ib.PSNMask, rng.Uint32() & ib.PSNMask}
 	var res Result
+	var pacer *rc.Pacer
+	if cfg.Pace {
+		pacer = rc.NewPacer(0, 0)
+	}
 	for i, s := range sides {
 		c := rc.Config{QPN: 0x11 + uint32(i), DestQPN: 0x12 - uint32(i), SendPSN: psn[i], RecvPSN: psn[1-i],
 			MTU: cfg.MTU, Timeout: cfg.Timeout, RetryCnt: cfg.RetryCnt, RNRRetry: 7, MinRNRTimer: 1,
 			MaxRdAtomic: 4, MaxDestRdAtomic: 4, Access: ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic,
-			Window: cfg.Window, MaxSendWR: 64, MinRTO: 200_000}
+			Window: cfg.Window, MaxSendWR: 64, MinRTO: 200_000, Pacer: pacer}
 		q, err := NewQP(net, simAddr[i], simAddr[1-i], c, s.h)
 		if err != nil {
 			return res, err
