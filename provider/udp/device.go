@@ -46,6 +46,7 @@ type device struct {
 	// poller running a pass (loop.go).
 	own    sync.Mutex
 	nap    *time.Timer // the progress goroutine's nap (its own)
+	pacer  *rc.Pacer   // spaces the retransmissions of all the device's engines
 	pkt    rc.Packet
 	wp     wire.Packet
 	armed  int64     // the read deadline set (an engine deadline; 0: none; -1: unknown)
@@ -77,7 +78,7 @@ type device struct {
 // startDevice opens the device's conn with listen and starts its loop.
 func startDevice(name string, addr netip.AddrPort, listen listenFunc) (*device, error) {
 	d := &device{name: name, addr: addr, start: time.Now(), ctxs: map[*opened]struct{}{},
-		done: make(chan struct{}), kick: make(chan struct{}, 1), nap: time.NewTimer(time.Hour), qps: map[uint32]*qpDriver{}, icrc: map[netip.AddrPort]*wire.ICRCPrefix{},
+		done: make(chan struct{}), kick: make(chan struct{}, 1), nap: time.NewTimer(time.Hour), pacer: rc.NewPacer(0, 0), qps: map[uint32]*qpDriver{}, icrc: map[netip.AddrPort]*wire.ICRCPrefix{},
 		idPre: map[netip.AddrPort]*[udpMaxSegs]wire.ICRCPrefix{}, touched: make([]*qpDriver, 0, 256),
 		held: make([]heldPkt, 0, 64), acks: make([]*qpDriver, 0, 64), scratch: make([]byte, maxDgram)}
 	conn, err := listen(addr, &d.ctrs)

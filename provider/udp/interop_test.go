@@ -168,7 +168,7 @@ func deliver(d *device, b []byte, src netip.AddrPort, id int32) {
 	n := copy(buf, b)
 	var pkt rc.Packet
 	var wp wire.Packet
-	d.receive(d.now(), buf[:n], src, id, &pkt, &wp)
+	d.receive(d.now(), buf[:n], src, id, false, &pkt, &wp)
 }
 
 // rcvCounters are the counters receive itself keeps (the packet and byte

@@ -91,7 +91,7 @@ func (q *qpDriver) state(d *device, from, to verbs.QPState, a verbs.QPAttr) {
 			QPN: q.qp.Num(), DestQPN: a.DestQPN, RecvPSN: a.RQPSN, MTU: mtu,
 			MinRNRTimer: a.MinRNRTimer, MaxDestRdAtomic: int(a.MaxDestRdAtomic),
 			Access: a.AccessFlags & (ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic),
-			Window: q.window(mtu), MaxSendWR: len(q.works), MinRTO: 2e6,
+			Window: q.window(mtu), MaxSendWR: len(q.works), MinRTO: 2e6, Pacer: d.pacer,
 		}, q)
 		if err != nil {
 			q.qp.Fail(fmt.Errorf("udp: qp %#x: %w", q.qp.Num(), err), verbs.EventQPFatal, true)

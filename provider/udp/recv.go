@@ -53,7 +53,7 @@ func (d *device) deliver(n int, pkt *rc.Packet, wp *wire.Packet) {
 		}
 		for len(b) > 0 {
 			k := min(seg, len(b))
-			d.receive(now, b[:k], src, m.ID, pkt, wp)
+			d.receive(now, b[:k], src, m.ID, m.CE, pkt, wp)
 			b = b[k:]
 		}
 		if len(d.acks) > 0 && i < n-1 {
@@ -77,16 +77,16 @@ func (d *device) deliver(n int, pkt *rc.Packet, wp *wire.Packet) {
 }
 
 // receive verifies, decodes and delivers one datagram that came with IPv4
-// ID id (-1: not known, see message.ID). Nothing in it may panic: the
+// ID id (-1: not known, see message.ID) and ECN CE mark ce. Nothing in it may panic: the
 // network is untrusted.
-func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, pkt *rc.Packet, wp *wire.Packet) {
+func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, ce bool, pkt *rc.Packet, wp *wire.Packet) {
 	d.ctrs.rcvPkts.Add(1)
 	d.ctrs.rcvData.Add(uint64(len(b)))
 	if err := wire.DecodeIB(b, wp); err != nil {
 		d.ctrs.rcvErrors.Add(1)
 		return
 	}
-	if wp.BTH.Opcode.Transport() != ib.RC {
+	if wp.BTH.Opcode.Transport() != ib.RC && wp.BTH.Opcode != ib.CNP {
 		d.ctrs.unknownQP.Add(1)
 		return
 	}
@@ -120,6 +120,7 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, pkt 
 		return
 	}
 	rcwire.FromWire(wp, pkt)
+	pkt.CE = ce // ECN Congestion Experienced: the responder answers with a CNP
 	if wp.BTH.AckReq && !wp.BTH.Opcode.Has(ib.MaskResponse) && (len(d.acks) == 0 || d.acks[len(d.acks)-1] != q) && len(d.acks) < cap(d.acks) {
 		d.acks = append(d.acks, q)
 	}
