@@ -425,12 +425,22 @@ type QPStats struct {
 	ErrNaksSent, ErrNaksRecv uint64 // invalid request, remote access, remote operational
 	Duplicates               uint64 // duplicate requests received
 	OutOfSequence            uint64 // requests beyond the expected PSN
+
+	// Congestion (network transports): RoCEv2 CNPs sent as responder
+	// (mlx5's np_cnp_sent) and received as requester (rp_cnp_handled),
+	// packets received ECN CE-marked (np_ecn_marked_roce_packets), send
+	// window cuts, and retransmissions the device's pacer put off.
+	CNPsSent, CNPsRecv uint64
+	ECNMarked          uint64
+	WindowCuts         uint64
+	Paced              uint64
 }
 
 type qpCounters struct {
 	sends, recvs, rnrNaks, retries                                   atomic.Uint64
 	pktsSent, pktsRecv, retransmits, seqNaksSent, seqNaksRecv        atomic.Uint64
 	rnrNaksSent, errNaksSent, errNaksRecv, duplicates, outOfSequence atomic.Uint64
+	cnpsSent, cnpsRecv, ecnMarked, windowCuts, paced                 atomic.Uint64
 }
 
 // addStats adds a transport's counts (what its protocol engine saw) to the
@@ -449,6 +459,13 @@ func (qp *QP) addStats(d QPStats) {
 	c.errNaksRecv.Add(d.ErrNaksRecv)
 	c.duplicates.Add(d.Duplicates)
 	c.outOfSequence.Add(d.OutOfSequence)
+	if d.CNPsSent|d.CNPsRecv|d.ECNMarked|d.WindowCuts|d.Paced != 0 { // rare: one test
+		c.cnpsSent.Add(d.CNPsSent)
+		c.cnpsRecv.Add(d.CNPsRecv)
+		c.ecnMarked.Add(d.ECNMarked)
+		c.windowCuts.Add(d.WindowCuts)
+		c.paced.Add(d.Paced)
+	}
 }
 
 // Stats returns the QP's counters.
@@ -458,7 +475,8 @@ func (qp *QP) Stats() QPStats {
 		PktsSent: c.pktsSent.Load(), PktsRecv: c.pktsRecv.Load(), Retransmits: c.retransmits.Load(),
 		SeqNaksSent: c.seqNaksSent.Load(), SeqNaksRecv: c.seqNaksRecv.Load(), RNRNaksSent: c.rnrNaksSent.Load(),
 		ErrNaksSent: c.errNaksSent.Load(), ErrNaksRecv: c.errNaksRecv.Load(), Duplicates: c.duplicates.Load(),
-		OutOfSequence: c.outOfSequence.Load()}
+		OutOfSequence: c.outOfSequence.Load(), CNPsSent: c.cnpsSent.Load(), CNPsRecv: c.cnpsRecv.Load(),
+		ECNMarked: c.ecnMarked.Load(), WindowCuts: c.windowCuts.Load(), Paced: c.paced.Load()}
 }
 
 // DestQPN is the connected peer's QP number (0 before RTR).
