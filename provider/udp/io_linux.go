@@ -355,8 +355,19 @@ func (s *sockIO) Recv(msgs []message, wait bool) (int, error) {
 		s.riovs[i].SetLen(len(b))
 	}
 	s.rlen = len(msgs)
-	var n int
-	if wait {
+	// Read first, without blocking, whether or not we may wait: RawConn.Read
+	// returns at once, without calling readFn, when the read deadline has
+	// already passed, and the loop arms the deadline with the next engine
+	// timer — which, with a thousand QPs, is often due by the time the loop
+	// waits. Reading only in RawConn.Read then starved the receive path:
+	// every pass ran the due timers and retransmitted, none read, and the
+	// ACKs waited in the socket (megabytes of them, no drops) until retry_cnt
+	// ran out (TestConformance/ThousandQPs under load, issue 17 item 4).
+	n, errno := s.recv()
+	if errno != 0 && errno != unix.EAGAIN {
+		return 0, errno
+	}
+	if n == 0 && wait {
 		if err := s.raw.Read(s.readFn); err != nil {
 			return 0, err
 		}
@@ -364,11 +375,6 @@ func (s *sockIO) Recv(msgs []message, wait bool) (int, error) {
 			return 0, s.rerr
 		}
 		n = s.rn
-	} else {
-		var errno syscall.Errno
-		if n, errno = s.recv(); errno != 0 && errno != unix.EAGAIN {
-			return 0, errno
-		}
 	}
 	for i := range msgs[:n] {
 		s.message(i, &msgs[i])
