@@ -1,7 +1,9 @@
-// Package netimpair makes a veth pair lossy for tests that run RoCEv2
-// traffic between network namespaces: tc netem where the kernel has it,
-// else nftables random drops and a tbf queue (this project's CI kernel is
-// built without CONFIG_NET_SCH_NETEM).
+// Package netimpair makes links lossy for tests that run RoCEv2 traffic
+// between network namespaces: Impair a veth pair's ends (tc netem where
+// the kernel has it, else nftables random drops and a tbf queue: this
+// project's CI kernel is built without CONFIG_NET_SCH_NETEM), or Routed, a
+// path through a router namespace that drops in its forward hook, which
+// AF_XDP traffic crosses too.
 package netimpair
 
 import (
