@@ -107,8 +107,10 @@ type xdpConn struct {
 	peers    map[netip.AddrPort]*xdpPeer
 	lastAddr netip.AddrPort
 	lastPeer *xdpPeer
+	txStuck  bool // the Send in progress found no chunk free within xdpTxWait: it waits no more
 
-	deadline atomic.Int64 // the read deadline in Unix ns; 0: none
+	base     time.Time    // deadlines are monotonic nanoseconds since base
+	deadline atomic.Int64 // the read deadline, 1 + ns since base; 0: none
 	sleeping atomic.Bool  // a Recv is about to sleep or sleeps in ppoll
 	closed   atomic.Bool
 	stop     chan struct{} // closed by Close: resolvers give up
@@ -138,7 +140,7 @@ type xdpPeer struct {
 	// Owned by the device's holder.
 	flow   xsk.Flow
 	built  uint64 // the mac value flow was built from (0: none)
-	retry  int64  // Unix ns: resolve again no sooner (after a failure, or to refresh)
+	retry  int64  // c.now(): resolve again no sooner (after a failure, or to refresh)
 	waited bool   // Send waited for the first resolution
 }
 
@@ -156,7 +158,7 @@ func listenXDP(addr netip.AddrPort, ctrs *counters) (_ *xdpConn, err error) {
 		return nil, fmt.Errorf("%s has no Ethernet address", ifc.Name)
 	}
 	c := &xdpConn{ctrs: ctrs, local: addr, ifname: ifc.Name, ifindex: ifc.Index, mac: [6]byte(ifc.HardwareAddr),
-		maxLen: ifc.MTU + 14, peers: map[netip.AddrPort]*xdpPeer{}, stop: make(chan struct{})}
+		maxLen: ifc.MTU + 14, peers: map[netip.AddrPort]*xdpPeer{}, stop: make(chan struct{}), base: time.Now()}
 	defer func() {
 		if err != nil {
 			_ = c.Close()
@@ -248,7 +250,7 @@ func (c *xdpConn) Close() error {
 func (c *xdpConn) SetReadDeadline(t time.Time) error {
 	var v int64
 	if !t.IsZero() {
-		v = max(t.UnixNano(), 1)
+		v = 1 + max(int64(t.Sub(c.base)), 0)
 	}
 	c.deadline.Store(v)
 	if c.sleeping.Load() {
@@ -259,7 +261,8 @@ func (c *xdpConn) SetReadDeadline(t time.Time) error {
 
 // Send implements batchConn.
 func (c *xdpConn) Send(msgs []message) (pkts, bytes int) {
-	now := time.Now().UnixNano()
+	now := c.now()
+	c.txStuck = false
 	var frames, multi, drop uint64
 	for i := range msgs {
 		m := &msgs[i]
@@ -332,6 +335,9 @@ func (c *xdpConn) chunk() (uint64, []byte, bool) {
 	if a, b, ok := c.sock.TxChunk(); ok {
 		return a, b, true
 	}
+	if c.txStuck {
+		return 0, nil, false
+	}
 	start := time.Now()
 	for time.Since(start) < xdpTxWait {
 		calls, err := c.sock.TxFlush()
@@ -343,6 +349,7 @@ func (c *xdpConn) chunk() (uint64, []byte, bool) {
 			break
 		}
 	}
+	c.txStuck = true // the link is down, or the kernel stopped sending: drop the rest at once
 	return 0, nil, false
 }
 
@@ -475,7 +482,7 @@ func (c *xdpConn) Recv(msgs []message, wait bool) (int, error) {
 	if !wait {
 		return c.recv(msgs), nil
 	}
-	now := time.Now().UnixNano()
+	now := c.now()
 	if dl := c.deadline.Load(); dl != 0 && now >= dl {
 		return 0, os.ErrDeadlineExceeded
 	}
@@ -486,7 +493,7 @@ func (c *xdpConn) Recv(msgs []message, wait bool) (int, error) {
 		if n := c.recv(msgs); n > 0 {
 			return n, nil
 		}
-		now = time.Now().UnixNano()
+		now = c.now()
 		if dl := c.deadline.Load(); dl != 0 && now >= dl {
 			return 0, os.ErrDeadlineExceeded
 		}
@@ -500,7 +507,7 @@ func (c *xdpConn) Recv(msgs []message, wait bool) (int, error) {
 		// the other.
 		c.sleeping.Store(true)
 		dl := c.deadline.Load()
-		now = time.Now().UnixNano()
+		now = c.now()
 		if dl != 0 && now >= dl {
 			c.sleeping.Store(false)
 			return 0, os.ErrDeadlineExceeded
@@ -528,6 +535,9 @@ func (c *xdpConn) Recv(msgs []message, wait bool) (int, error) {
 		}
 	}
 }
+
+// now is the deadlines' clock: 1 + monotonic ns since base.
+func (c *xdpConn) now() int64 { return 1 + int64(time.Since(c.base)) }
 
 // recv takes up to len(msgs) frames off the RX ring, without a system
 // call, and gives their chunks back.
