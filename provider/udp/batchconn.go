@@ -49,13 +49,14 @@ type batchConn interface {
 	Send(msgs []message) (pkts, bytes int)
 
 	// Recv receives up to len(msgs) messages, message i into
-	// msgs[i].Buffers[0], and sets their N, Seg and Addr. Without wait it
-	// returns at once, 0 if nothing has arrived. With wait it blocks until
-	// something arrives, the read deadline passes (os.ErrDeadlineExceeded)
-	// or the conn is closed; a deadline already past returns at once
-	// without reading, which is how post wakes a sleeping loop. Its first
-	// read does not block, so that a busy loop and a sleeping one cost
-	// one system call alike.
+	// msgs[i].Buffers[0], and sets their N, Seg and Addr (and ID, CE).
+	// Without wait it returns at once, 0 if nothing has arrived. With wait
+	// it first reads without blocking — also when the read deadline has
+	// passed — and then blocks until something arrives, the read deadline
+	// passes (os.ErrDeadlineExceeded) or the conn is closed; a deadline
+	// set to now is how post wakes a sleeping loop. So a busy loop and a
+	// sleeping one cost one system call alike, and a deadline that is
+	// always due (a thousand QPs' timers) never starves the receive.
 	Recv(msgs []message, wait bool) (n int, err error)
 
 	// SetReadDeadline sets when a waiting Recv gives up (zero: never),

@@ -68,7 +68,6 @@ type device struct {
 	nextTimer int64       // the earliest engine deadline at the last full pass
 	scanAll   bool        // visit every QP in the next transmit
 	held      []heldPkt   // acknowledgements of this transmit pass, see hold
-	deferAcks bool        // transmit leaves held for the next pass (run, keepAcks)
 	lazyAcks  bool        // a poller's pass: held may wait up to ackDelay (keepAcks)
 	heldAt    int64       // d.now() when held last became non-empty
 	acks      []*qpDriver // QPs asked for an acknowledgement in the message being delivered

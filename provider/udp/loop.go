@@ -60,7 +60,7 @@ func (d *device) post(c cmd) {
 	d.pending.Store(true)
 	d.mu.Unlock()
 	if !d.stop.Load() && d.own.TryLock() {
-		d.run(false)
+		d.run(false, true)
 		d.unlock()
 		return
 	}
@@ -93,7 +93,7 @@ func (d *device) progress() {
 		d.wake()
 		return
 	}
-	d.run(true)
+	d.run(true, true)
 	d.unlock()
 }
 
@@ -119,36 +119,57 @@ func (d *device) unlock() {
 		if !d.pending.Load() || !d.own.TryLock() {
 			return
 		}
-		d.run(false)
+		d.run(false, false)
 	}
 }
 
-// run is one pass: the commands posted, the due timers and what every
-// engine has to send, and with recv one batch received without waiting
-// and the engines' answers to it. The caller holds own.
-func (d *device) run(recv bool) (next int64) {
+// run is one pass: the commands posted; with recv what has arrived (see
+// drainRx); then the due timers and what every engine has to send. The
+// caller holds own; poller says it is a goroutine that polled, not the
+// progress goroutine (its acknowledgements may wait, see keepAcks).
+//
+// Receiving comes before the timers: with a thousand QPs whose timers are
+// due, a pass that ran them first and then read one batch fell behind the
+// ACKs their retransmissions brought, until retry_cnt ran out with the
+// ACKs unread in the socket (TestConformance/ThousandQPs under -race with
+// CPU burners: megabytes queued, no drop).
+func (d *device) run(recv, poller bool) (next int64) {
 	d.commands()
-	d.lazyAcks = recv
+	if recv {
+		d.drainRx(poller)
+	}
+	d.lazyAcks = poller
 	next = d.transmit(d.now(), &d.pkt, &d.wp)
 	d.lazyAcks = false
-	if !recv {
-		return next
-	}
-	if n, _ := d.conn.Recv(d.rx, false); n > 0 {
-		d.ctrs.inlineRcv.Add(uint64(n))
-		d.deliver(n, &d.pkt, &d.wp)
-		// What the engines answer leaves now, but the acknowledgements
-		// wait for the next pass, which the caller starts in a moment —
-		// with the reply it posts to what it just received, if any, in
-		// the same system call (the ACK of a ping rides in the pong's
-		// super-datagram) — or else the progress goroutine, within
-		// pollGrace.
-		d.deferAcks = true
-		next = d.transmit(d.now(), &d.pkt, &d.wp)
-		d.deferAcks = false
-	}
 	return next
 }
+
+// drainRx receives without waiting until the conn has nothing more (a
+// batch comes back short), up to maxDrain batches, and returns how many
+// messages.
+func (d *device) drainRx(poller bool) (got int) {
+	for range maxDrain {
+		n, _ := d.conn.Recv(d.rx, false)
+		if n == 0 {
+			return got
+		}
+		got += n
+		if poller {
+			d.ctrs.inlineRcv.Add(uint64(n))
+		} else {
+			d.ctrs.loopRcv.Add(uint64(n))
+		}
+		d.deliver(n, &d.pkt, &d.wp)
+		if n < len(d.rx) {
+			return got
+		}
+	}
+	return got
+}
+
+// maxDrain bounds one pass's receiving (maxDrain × rxSlots messages), so
+// that the timers and the transmit queue still get their turn.
+const maxDrain = 32
 
 // commands applies the queued commands.
 func (d *device) commands() {
@@ -178,16 +199,17 @@ func (d *device) loop() {
 	defer close(d.done)
 	d.own.Lock()
 	for !d.stop.Load() {
-		next := d.run(false)
-		if d.pending.Load() {
-			// More commands already: receive without waiting, and go on.
-			if n, _ := d.conn.Recv(d.rx, false); n > 0 {
-				d.ctrs.loopRcv.Add(uint64(n))
-				d.deliver(n, &d.pkt, &d.wp)
-			}
-			continue
+		polled := d.polled() // then what arrives is the pollers' to receive
+		d.commands()
+		if !polled && d.drainRx(false) > 0 {
+			d.yield()
+			d.commands()
 		}
-		if d.polled() {
+		next := d.transmit(d.now(), &d.pkt, &d.wp)
+		if d.pending.Load() {
+			continue // more commands already
+		}
+		if polled {
 			// Somebody polls: leave the device to them, and look again
 			// later.
 			d.unlock()
@@ -222,18 +244,23 @@ func (d *device) loop() {
 		if n > 0 {
 			d.ctrs.loopRcv.Add(uint64(n))
 			d.deliver(n, &d.pkt, &d.wp)
-			// Let the goroutines the completions woke run now, on this
-			// processor, before the loop's own sends: a reply they post
-			// then leaves with them, in the same sendmmsg.
-			d.unlock()
-			runtime.Gosched()
-			d.own.Lock()
+			d.yield()
 		}
 	}
 	for _, q := range d.qps {
 		q.eng = nil
 	}
 	d.own.Unlock()
+}
+
+// yield lets the goroutines that the completions just delivered woke run
+// now, on this processor, before the progress goroutine's own sends: a
+// reply they post then leaves with the acknowledgements, in one system
+// call (their post runs the pass itself, the device being free).
+func (d *device) yield() {
+	d.unlock()
+	runtime.Gosched()
+	d.own.Lock()
 }
 
 // arm sets the conn's read deadline to the engine deadline next (0:

@@ -106,16 +106,13 @@ const ackDelay = 20_000 // ns
 
 // keepAcks reports whether the held acknowledgements may wait for the
 // next pass instead of leaving in this one. They wait in a poller's pass
-// (run to completion) — right after a receive (deferAcks), since the
-// poller is about to answer what it received, and while the pass has no
-// other datagram to send, up to ackDelay — so that they leave in the same
-// system call as the poller's next request (on AF_XDP one sendto kick for
-// the batch; on a socket one super-datagram to the peer) instead of one
-// of their own. The progress goroutine and posts send them at once.
+// (run to completion) while it has no other datagram to send, up to
+// ackDelay: the poller is about to answer what it received, or post its
+// next request, and they leave in the same system call (on AF_XDP one
+// sendto kick for the batch; on a socket one super-datagram to the peer)
+// instead of one of their own. The progress goroutine and posts send them
+// at once.
 func (d *device) keepAcks(now int64) bool {
-	if d.deferAcks {
-		return true
-	}
 	return d.lazyAcks && d.tx.nbuf == 0 && now-d.heldAt < ackDelay
 }
 
