@@ -202,7 +202,7 @@ func (s *Socket) MultiBuffer() bool { return s.sg }
 // MaxFrame is the largest frame the socket receives and sends.
 func (s *Socket) MaxFrame() int {
 	if s.sg {
-		return 2*ChunkSize - RxHeadroom
+		return 2 * (ChunkSize - RxHeadroom) // every received chunk keeps its headroom
 	}
 	return ChunkSize - RxHeadroom
 }
