@@ -270,3 +270,43 @@ func TestRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+func TestMain(m *testing.M) {
+	if dev := os.Getenv("IBEX_XSK_CHILD_DEV"); dev != "" {
+		// The child of TestLinkDiesWithProcess: attach and exit without
+		// closing anything.
+		ifc, err := net.InterfaceByName(dev)
+		if err == nil {
+			_, err = Open(Config{Ifindex: ifc.Index, Port: 4791, Frames: 64})
+		}
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println("attached")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestLinkDiesWithProcess: a process that exits with its socket open
+// leaves no XDP program behind (the bpf_link goes with its last fd).
+func TestLinkDiesWithProcess(t *testing.T) {
+	p := newPair(t, 1500)
+	cmd := exec.Command("ip", "netns", "exec", p.ns[0], os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "IBEX_XSK_CHILD_DEV="+p.dev[0])
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "attached") {
+		if strings.Contains(string(out), "operation not permitted") {
+			t.Skipf("no permission to load an XDP program: %s", out)
+		}
+		t.Fatalf("child: %v: %s", err, out)
+	}
+	show, err := exec.Command("ip", "-n", p.ns[0], "link", "show", "dev", p.dev[0]).CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(show), " xdp") {
+		t.Errorf("an XDP program stayed attached after its process exited: %s", show)
+	}
+}
