@@ -454,6 +454,17 @@ func (r *requester) retire(now int64, progress bool) {
 	r.retryLeft, r.rnrLeft = r.c.cfg.RetryCnt, r.c.cfg.RNRRetry
 	r.retrying = false
 	r.budgetAt = now
+	if r.srtt != 0 {
+		// Progress ends the timeouts' backoff (as Linux TCP does when new
+		// data is acknowledged): under steady loss nearly every message
+		// has a retransmitted packet, so Karn's rule leaves no sample to
+		// bring a doubled RTO down, and it would stay at the QP timeout
+		// (a whole second per tail loss; seen at 1% loss both ways).
+		r.rto = max(r.srtt+4*r.rttvar, r.c.cfg.MinRTO)
+		if r.maxRTO > 0 {
+			r.rto = min(r.rto, r.maxRTO)
+		}
+	}
 	if ib.PSNDiff(r.sentEnd, r.una) > 0 && r.maxRTO > 0 {
 		r.deadlineAt = now + r.rto
 	} else {
