@@ -636,6 +636,8 @@ func TestXDPNamespaces(t *testing.T) {
 			t.Fatalf("SEND %d B: the data received differs (seed %d)", n, seed)
 		}
 	}
+	st := a.qp.Stats()
+	t.Logf("requester: %d packets sent, %d resent, %d sequence NAKs received, %d timeouts", st.PktsSent, st.Retransmits, st.SeqNaksRecv, st.Retries)
 	for i, dev := range devs {
 		prov.mu.Lock()
 		d := prov.live[dev]
@@ -644,9 +646,10 @@ func TestXDPNamespaces(t *testing.T) {
 		if !ok {
 			t.Fatalf("device %s runs on %T, not AF_XDP", dev, d.conn)
 		}
-		t.Logf("%s (%s, %s mode): rx %d frames (%d in two chunks, %d bad), tx %d (%d in two chunks, %d dropped), %d kicks, %d waits, port %+v",
+		kst, _ := c.sock.XDPStatistics()
+		t.Logf("%s (%s, %s mode): rx %d frames (%d in two chunks, %d bad), tx %d (%d in two chunks, %d dropped), %d kicks, %d waits, port %+v, kernel %+v",
 			dev, p.dev[i], c.sock.Mode(), c.st.rxFrames.Load(), c.st.rxMulti.Load(), c.st.rxBad.Load(), c.st.txFrames.Load(), c.st.txMulti.Load(), c.st.txDrop.Load(),
-			c.st.kicks.Load(), c.st.waits.Load(), d.counters())
+			c.st.kicks.Load(), c.st.waits.Load(), d.counters(), kst)
 		if c.st.rxFrames.Load() == 0 || c.st.txFrames.Load() == 0 || c.st.txMulti.Load() == 0 {
 			t.Errorf("%s: the AF_XDP conn did not carry the traffic", dev)
 		}
