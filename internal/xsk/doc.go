@@ -1,7 +1,7 @@
 // Package xsk is an AF_XDP socket for one queue of one network interface:
 // an XDP program, built in Go with cilium/ebpf's asm package, that
-// redirects UDP datagrams to one destination port into the socket and
-// passes everything else to the kernel; the UMEM (the frame memory the
+// redirects UDP datagrams to one destination address and port into the
+// socket and passes everything else to the kernel; the UMEM (the frame memory the
 // kernel and the process share) and its four rings; the blocking wait;
 // the Ethernet/IP/UDP headers of the frames (Flow, Parse); and the
 // neighbour and route look-ups that give a frame its destination MAC

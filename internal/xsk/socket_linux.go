@@ -3,6 +3,7 @@ package xsk
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"syscall"
 	"time"
@@ -25,9 +26,10 @@ const RxHeadroom = unix.XDP_PACKET_HEADROOM
 // Config says which queue to open and how. The zero value of each field
 // but Ifindex and Port is the documented default.
 type Config struct {
-	Ifindex int    // the interface
-	Queue   int    // its RX queue (0)
-	Port    uint16 // the UDP destination port redirected to the socket
+	Ifindex int        // the interface
+	Queue   int        // its RX queue (0)
+	Addr    netip.Addr // the destination address redirected to the socket (IPv4 or IPv6)
+	Port    uint16     // and the UDP destination port
 	// Frames is the number of UMEM chunks, half for receiving and half
 	// for sending (default 4096: 16 MiB). A power of two.
 	Frames int
@@ -73,8 +75,8 @@ func Open(cfg Config) (*Socket, error) {
 	if cfg.Frames < 64 || cfg.Frames&(cfg.Frames-1) != 0 {
 		return nil, fmt.Errorf("xsk: Frames %d: want a power of two ≥ 64", cfg.Frames)
 	}
-	if cfg.Port == 0 {
-		return nil, errors.New("xsk: Port 0")
+	if cfg.Port == 0 || !cfg.Addr.IsValid() {
+		return nil, errors.New("xsk: Config without Addr or Port")
 	}
 	s := &Socket{fd: -1, efd: -1}
 	done := false
@@ -157,10 +159,10 @@ func Open(cfg Config) (*Socket, error) {
 	if err = s.xsks.Put(uint32(cfg.Queue), uint32(s.fd)); err != nil {
 		return nil, fmt.Errorf("XSKMAP entry for queue %d: %w", cfg.Queue, err)
 	}
-	if s.prog, err = loadProgram(cfg.Port, s.xsks, s.sg); err != nil && s.sg {
+	if s.prog, err = loadProgram(cfg.Addr, cfg.Port, s.xsks, s.sg); err != nil && s.sg {
 		// A kernel without multi-buffer XDP: one chunk per frame.
 		s.sg = false
-		s.prog, err = loadProgram(cfg.Port, s.xsks, false)
+		s.prog, err = loadProgram(cfg.Addr, cfg.Port, s.xsks, false)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load XDP program: %w", err)

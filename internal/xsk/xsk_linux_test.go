@@ -100,7 +100,9 @@ func openOrSkip(t *testing.T, p *pair, i int, generic bool) *Socket {
 	t.Helper()
 	var s *Socket
 	var err error
-	inNS(t, p.ns[i], func() { s, err = Open(Config{Ifindex: p.idx[i], Port: p.port, Frames: 256, Generic: generic}) })
+	inNS(t, p.ns[i], func() {
+		s, err = Open(Config{Ifindex: p.idx[i], Addr: p.ip[i], Port: p.port, Frames: 256, Generic: generic})
+	})
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EOPNOTSUPP) {
 		t.Skipf("no permission to use AF_XDP or load an XDP program: %v", err)
 	}
@@ -236,6 +238,32 @@ func TestRoundTrip(t *testing.T) {
 			if n, err := lc.Read(buf); err != nil || string(buf[:n]) != "kernel" {
 				t.Errorf("the kernel's UDP on port 9999 with the program attached: %q %v", buf[:n], err)
 			}
+			// Another address of the interface, on the program's port, is
+			// the kernel's.
+			other := p.ip[1].Next()
+			sh(t, "ip", "-n", p.ns[1], "addr", "add", other.String()+"/24", "dev", p.dev[1])
+			var oc *net.UDPConn
+			inNS(t, p.ns[1], func() { oc, err = net.ListenUDP("udp", &net.UDPAddr{IP: other.AsSlice(), Port: int(p.port)}) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer oc.Close()
+			inNS(t, p.ns[0], func() {
+				c, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: other.AsSlice(), Port: int(p.port)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer c.Close()
+				_, _ = c.Write([]byte("other"))
+			})
+			_ = oc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if n, err := oc.Read(buf); err != nil || string(buf[:n]) != "other" {
+				t.Errorf("the kernel's UDP on %v:%d, another address of the interface: %q %v", other, p.port, buf[:n], err)
+			}
+			if n := b.RxPeek(); n != 0 {
+				t.Errorf("the socket on %v received %d frames for %v", p.ip[1], n, other)
+			}
 			// Close detaches the program.
 			xdpOn := func() bool {
 				out, err := exec.Command("ip", "-n", p.ns[0], "link", "show", "dev", p.dev[0]).CombinedOutput()
@@ -277,7 +305,7 @@ func TestMain(m *testing.M) {
 		// closing anything.
 		ifc, err := net.InterfaceByName(dev)
 		if err == nil {
-			_, err = Open(Config{Ifindex: ifc.Index, Port: 4791, Frames: 64})
+			_, err = Open(Config{Ifindex: ifc.Index, Addr: netip.MustParseAddr("10.9.9.9"), Port: 4791, Frames: 64})
 		}
 		if err != nil {
 			fmt.Println("error:", err)

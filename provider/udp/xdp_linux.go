@@ -39,8 +39,11 @@ import (
 // that holds the device sleeps there, one at a time.
 //
 // Limits: one RX queue (an interface with more is refused: the frames on
-// the other queues would reach only the kernel); one device per interface
-// (a second XDP program is refused); the destination MAC is the kernel's
+// the other queues would reach only the kernel); one AF_XDP device per
+// interface (a second XDP program is refused, and under auto that device
+// takes the socket path: the program redirects only its own device's
+// address and port, so the other device's datagrams reach the kernel and
+// its socket); the destination MAC is the kernel's
 // neighbour entry for the next hop, looked up off the data path and
 // refreshed every xdpRefresh; datagrams to a peer not yet resolved are
 // dropped (the protocol retransmits them).
@@ -182,7 +185,7 @@ func listenXDP(addr netip.AddrPort, ctrs *counters) (_ *xdpConn, err error) {
 	} else if q != 1 {
 		return nil, fmt.Errorf("%s has %d RX queues; the AF_XDP path serves one", ifc.Name, q)
 	}
-	if c.sock, err = xsk.Open(xsk.Config{Ifindex: ifc.Index, Port: addr.Port()}); err != nil {
+	if c.sock, err = xsk.Open(xsk.Config{Ifindex: ifc.Index, Addr: addr.Addr(), Port: addr.Port()}); err != nil {
 		return nil, fmt.Errorf("%s: %w", ifc.Name, err)
 	}
 	if c.maxLen > c.sock.MaxFrame() {

@@ -381,7 +381,7 @@ func TestXDPFallback(t *testing.T) {
 			err = e
 			return
 		}
-		other, err = xsk.Open(xsk.Config{Ifindex: ifc.Index, Port: 9999, Frames: 64})
+		other, err = xsk.Open(xsk.Config{Ifindex: ifc.Index, Addr: p.ip[0], Port: 9999, Frames: 64})
 	})
 	skipNoXDP(t, err)
 	if err != nil {
