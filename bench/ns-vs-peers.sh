@@ -43,7 +43,7 @@
 #                  ibex and its peers; the tables show medians (default 3)
 # Needs root (namespaces), sockperf, iperf3, jq (apt-get install sockperf
 # iperf3 jq) and Open MPI (bench/peers.sh installs it through
-# ../shared/bench/run-openmpi.sh). About 3 to 4 minutes with the defaults.
+# ../shared/bench/run-openmpi.sh). About 4 to 6 minutes with the defaults.
 # Usage: bench/ns-vs-peers.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

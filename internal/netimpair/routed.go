@@ -39,7 +39,10 @@ type Path struct {
 
 // Count is what R's forward hook saw of one direction's RoCEv2 datagrams
 // (UDP destination port 4791): all of them, and those it dropped.
-type Count struct{ Packets, Dropped uint64 }
+type Count struct {
+	Packets uint64 `json:"packets"`
+	Dropped uint64 `json:"dropped"`
+}
 
 var routedSeq atomic.Uint32
 

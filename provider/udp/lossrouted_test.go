@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -47,7 +48,10 @@ type routedGoodput struct {
 	Sent       uint64 `json:"lossy_pkts_sent"`
 	Resent     uint64 `json:"lossy_retransmits"`
 	SeqNaks    uint64 `json:"lossy_seq_naks_recv"`
-	Timeouts   uint64 `json:"lossy_timeouts"`
+	Timeouts   uint64 `json:"lossy_timeouts"` // whole QP timeouts (retry_cnt's), 1 s each here (slowMachine)
+	// The longest the lossy WRITE waited for a completion, in ms: a
+	// stall shows as a gap of a QP timeout or more.
+	LongestWait float64 `json:"lossy_longest_wait_ms"`
 	// What the router forwarded and dropped each way while it dropped
 	// (the lossy WRITE and its read-back).
 	AB netimpair.Count `json:"a_to_b"`
@@ -172,10 +176,11 @@ func routedLoss(t *testing.T, mode string) routedGoodput {
 		}
 		return sha256.Sum256(src)
 	}
+	var gap time.Duration // the last write's longest wait for a completion
 	write := func() (mbps float64, sent, resent uint64) {
 		before := e.qp.Stats()
 		start := time.Now()
-		e.streamN(t, verbs.WRRDMAWrite, 0, routedSize, remote)
+		gap = e.streamN(t, verbs.WRRDMAWrite, 0, routedSize, remote)
 		mbps = routedSize / time.Since(start).Seconds() / 1e6
 		after := e.qp.Stats()
 		return mbps, after.PktsSent - before.PktsSent, after.Retransmits - before.Retransmits
@@ -207,6 +212,8 @@ func routedLoss(t *testing.T, mode string) routedGoodput {
 	g.Lossy, g.Sent, g.Resent = write()
 	after := e.qp.Stats()
 	g.SeqNaks, g.Timeouts = after.SeqNaksRecv-before.SeqNaksRecv, after.Retries-before.Retries
+	g.LongestWait = float64(gap.Microseconds()) / 1e3
+	t.Logf("the lossy WRITE's requester: %s; longest wait for a completion %v", statsDelta(before, after), gap)
 	readBack(want, "through 1% loss both ways") // READ responses cross B->A: most of that direction's drops
 	ab1, ba1 := p.Counts(t)
 	g.AB = netimpair.Count{Packets: ab1.Packets - ab0.Packets, Dropped: ab1.Dropped - ab0.Dropped}
@@ -294,8 +301,9 @@ func startNetnsPeer(t *testing.T, ns string, ip netip.Addr) (verbs.ConnInfo, io.
 }
 
 // streamN is stream for n bytes (a multiple of 1 MiB, at most netnsSize):
-// 1 MiB requests, 8 in flight.
-func (e *bigEnd) streamN(t *testing.T, op verbs.Opcode, off, n int, r verbs.ConnInfo) {
+// 1 MiB requests, 8 in flight. It returns the longest wait for a
+// completion.
+func (e *bigEnd) streamN(t *testing.T, op verbs.Opcode, off, n int, r verbs.ConnInfo) (longest time.Duration) {
 	t.Helper()
 	const chunk, depth = 1 << 20, 8
 	wc := make([]verbs.WC, depth)
@@ -313,7 +321,9 @@ func (e *bigEnd) streamN(t *testing.T, op verbs.Opcode, off, n int, r verbs.Conn
 			next += chunk
 			inflight++
 		}
+		w := time.Now()
 		k, err := e.cq.PollWait(ctx, wc)
+		longest = max(longest, time.Since(w))
 		if err != nil {
 			t.Fatalf("%v at %d MiB: %v (qp: %v)", op, next>>20, err, e.qp.Err())
 		}
@@ -324,6 +334,19 @@ func (e *bigEnd) streamN(t *testing.T, op verbs.Opcode, off, n int, r verbs.Conn
 		}
 		inflight -= k
 	}
+	return longest
+}
+
+// statsDelta names the counters that grew from a to b, with how much.
+func statsDelta(a, b verbs.QPStats) string {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	var out []string
+	for i := range va.NumField() {
+		if d := vb.Field(i).Uint() - va.Field(i).Uint(); d != 0 {
+			out = append(out, fmt.Sprintf("%s +%d", va.Type().Field(i).Name, d))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // BenchmarkRoutedLossGoodput runs TestNetnsRoutedLoss (in a child: its
