@@ -20,11 +20,11 @@
 #              whose nftables forward hook drops 1% of the RoCEv2 datagrams
 #              each way (netimpair.Routed), which AF_XDP traffic crosses too;
 #              lossless, then lossy, checked intact; the goal row's figure.
-#              Beside it BenchmarkNetnsLossGoodput, the direct veth with drops
-#              in each sender's output hook (netimpair.Impair: netem, or
-#              nftables drops and a tbf queue, kept in its lossless
-#              baseline), which AF_XDP's transmit skips: with IBEX_UDP_XDP on
-#              that row is not lossy. Their veths get the same MTU.
+#              Beside it, once, BenchmarkNetnsLossGoodput: the direct veth
+#              with drops in each sender's output hook (netimpair.Impair:
+#              netem, or nftables drops and a tbf queue, kept in its lossless
+#              baseline), on the UDP socket whatever the mode, since AF_XDP's
+#              transmit skips that hook. Their veths get the same MTU.
 # Then the goals with the ratios as issue 17 states them.
 #
 # Knobs (environment):
@@ -256,13 +256,12 @@ if want loss; then
 		grep -E '^Benchmark|SKIP|FAIL|lossless_MBps' "$tmp/loss" | sed 's/^ *//' || cat "$tmp/loss"
 		G[$m.loss]=$(awk '/^BenchmarkRoutedLossGoodput/ { for (i = 2; i <= NF; i++) if ($i == "lossy/lossless") print $(i - 1) }' "$tmp/loss")
 		G[$m.loss]=$(num "${G[$m.loss]}")
-		echo
-		echo "## 1% loss both ways on the direct veth, drops in the senders' output hooks (AF_XDP skips them), 256 MiB WRITE ($(label "$m")): go test -run '^\$' -bench NetnsLossGoodput -benchtime 1x ./provider/udp/"
-		env ${m:+IBEX_UDP_XDP=$m} IBEX_TEST_VETH_MTU="$mtu" go test -run '^$' -bench NetnsLossGoodput -benchtime 1x -timeout 10m ./provider/udp/ >"$tmp/loss" 2>&1 || true
-		grep -E '^Benchmark|goodput|impairment|SKIP|FAIL|lossless_MBps' "$tmp/loss" | sed 's/^ *//' || cat "$tmp/loss"
-		G[$m.lossdirect]=$(awk '/^BenchmarkNetnsLossGoodput/ { for (i = 2; i <= NF; i++) if ($i == "lossy/lossless") print $(i - 1) }' "$tmp/loss")
-		G[$m.lossdirect]=$(num "${G[$m.lossdirect]}")
 	done
+	echo
+	echo "## 1% loss both ways on the direct veth, drops in the senders' output hooks, 256 MiB WRITE (UDP socket: AF_XDP skips those hooks): go test -run '^\$' -bench NetnsLossGoodput -benchtime 1x ./provider/udp/"
+	IBEX_TEST_VETH_MTU="$mtu" go test -run '^$' -bench NetnsLossGoodput -benchtime 1x -timeout 10m ./provider/udp/ >"$tmp/loss" 2>&1 || true
+	grep -E '^Benchmark|goodput|impairment|SKIP|FAIL|lossless_MBps' "$tmp/loss" | sed 's/^ *//' || cat "$tmp/loss"
+	lossdirect=$(num "$(awk '/^BenchmarkNetnsLossGoodput/ { for (i = 2; i <= NF; i++) if ($i == "lossy/lossless") print $(i - 1) }' "$tmp/loss")")
 fi
 
 echo
@@ -288,6 +287,8 @@ for m in "${modes[@]}"; do
 	fi
 	if want loss; then
 		printf '%-66s %10s %10s %7s %7s  %s\n' "256 MiB WRITE goodput, 1% loss / lossless, routed ($l)" "" "" "${G[$m.loss]}" ">= 0.5" "$(verdict "${G[$m.loss]}" ">=" 0.5)"
-		printf '%-66s %10s %10s %7s %7s  %s\n' "  the same on the direct veth, output-hook drops ($l)" "" "" "${G[$m.lossdirect]}" "" "(not lossy for AF_XDP)"
 	fi
 done
+if want loss; then
+	printf '%-66s %10s %10s %7s %7s  %s\n' "  the same on the direct veth, output-hook drops (UDP socket)" "" "" "$lossdirect" ">= 0.5" "$(verdict "$lossdirect" ">=" 0.5)"
+fi
