@@ -131,7 +131,6 @@ func benchWrite(b *testing.B, size, depth int) {
 	}
 	reportCPU(b, cpu)
 	b.ReportMetric(float64(x.qp.Stats().Retransmits)/float64(b.N), "resent-pkts/op")
-	b.Logf("N %d: requester %+v; responder %+v", b.N, x.qp.Stats(), y.qp.Stats())
 }
 
 // BenchmarkWriteLatency8B ping-pongs 8-byte RDMA WRITE_WITH_IMM between two
