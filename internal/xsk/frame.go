@@ -86,6 +86,22 @@ func NewFlow(srcMAC, dstMAC [6]byte, src, dst netip.AddrPort) (Flow, error) {
 	return f, nil
 }
 
+// SetTOS sets the IPv4 TOS or IPv6 traffic class of the flow's datagrams
+// (0 unless set): its low two bits are the ECN field, ECT(0) = 2 for a
+// sender that wants congestion marked rather than dropped. The RoCE ICRC
+// masks it.
+func (f *Flow) SetTOS(tos byte) {
+	h := f.hdr[ethLen:]
+	if f.n == ethLen+ipv6Len+udpLen {
+		h[0] = h[0]&0xf0 | tos>>4
+		h[1] = h[1]&0x0f | tos<<4
+		return
+	}
+	f.sum -= uint32(binary.BigEndian.Uint16(h[0:]))
+	h[1] = tos
+	f.sum += uint32(binary.BigEndian.Uint16(h[0:]))
+}
+
 // Len is the header's length.
 func (f *Flow) Len() int { return f.n }
 

@@ -107,3 +107,44 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestSetTOS: the TOS / traffic class a flow is given is in its frames,
+// Parse reads CE from it, and the IPv4 header checksum stays right.
+func TestSetTOS(t *testing.T) {
+	for _, pair := range [][2]string{{"10.0.0.1:4791", "10.0.0.2:4791"}, {"[fd00::1]:4791", "[fd00::2]:4791"}} {
+		for _, tos := range []byte{0, 2, 3, 0xb8 | 2} {
+			f, err := NewFlow(macA, macB, netip.MustParseAddrPort(pair[0]), netip.MustParseAddrPort(pair[1]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.SetTOS(tos)
+			frame := make([]byte, f.Len()+8)
+			f.Put(frame, 8, 0)
+			var d Datagram
+			if err := Parse(frame, len(frame), 4791, &d); err != nil {
+				t.Fatalf("%s tos %#x: %v", pair[0], tos, err)
+			}
+			if d.CE != (tos&3 == 3) {
+				t.Errorf("%s tos %#x: CE %v", pair[0], tos, d.CE)
+			}
+			ip := frame[14:]
+			if ip[0]>>4 == 4 {
+				if ip[1] != tos {
+					t.Errorf("IPv4 TOS %#x, want %#x", ip[1], tos)
+				}
+				var s uint32
+				for i := 0; i < 20; i += 2 {
+					s += uint32(ip[i])<<8 | uint32(ip[i+1])
+				}
+				for s > 0xffff {
+					s = s&0xffff + s>>16
+				}
+				if s != 0xffff {
+					t.Errorf("tos %#x: IPv4 header checksum wrong (sum %#x)", tos, s)
+				}
+			} else if tc := ip[0]<<4 | ip[1]>>4; tc != tos {
+				t.Errorf("IPv6 traffic class %#x, want %#x", tc, tos)
+			}
+		}
+	}
+}

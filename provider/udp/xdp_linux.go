@@ -110,7 +110,8 @@ type xdpConn struct {
 	ifname  string
 	ifindex int
 	mac     [6]byte
-	maxLen  int // the largest frame: the interface's MTU plus the Ethernet header
+	maxLen  int  // the largest frame: the interface's MTU plus the Ethernet header
+	ecn     bool // datagrams leave ECT(0) (IBEX_UDP_ECN=0: not), as the socket path's
 
 	// Owned by the device's holder.
 	peers    map[netip.AddrPort]*xdpPeer
@@ -166,7 +167,7 @@ func listenXDP(addr netip.AddrPort, ctrs *counters) (_ *xdpConn, err error) {
 	if len(ifc.HardwareAddr) != 6 {
 		return nil, fmt.Errorf("%s has no Ethernet address", ifc.Name)
 	}
-	c := &xdpConn{ctrs: ctrs, local: addr, ifname: ifc.Name, ifindex: ifc.Index, mac: [6]byte(ifc.HardwareAddr),
+	c := &xdpConn{ctrs: ctrs, ecn: !envOff("IBEX_UDP_ECN"), local: addr, ifname: ifc.Name, ifindex: ifc.Index, mac: [6]byte(ifc.HardwareAddr),
 		maxLen: ifc.MTU + 14, peers: map[netip.AddrPort]*xdpPeer{}, stop: make(chan struct{}), base: time.Now()}
 	defer func() {
 		if err != nil {
@@ -403,6 +404,9 @@ func (c *xdpConn) peer(a netip.AddrPort, now int64) *xdpPeer {
 		f, err := xsk.NewFlow(c.mac, mac, c.local, a)
 		if err != nil {
 			return nil
+		}
+		if c.ecn {
+			f.SetTOS(ecnECT0) // as the socket path sends them (io_linux.go)
 		}
 		p.flow, p.built = f, v
 	}
