@@ -110,6 +110,15 @@ func Routed(t testing.TB, mtu int) *Path {
 	return p
 }
 
+// RouterDev is R's device toward B (toB) or toward A: where a test puts a
+// qdisc of its own on the path (its egress is what that direction queues).
+func (p *Path) RouterDev(toB bool) string {
+	if toB {
+		return p.rB
+	}
+	return p.rA
+}
+
 // SetLoss makes R drop percent % (0 to 100) of the RoCEv2 datagrams it
 // forwards each way, each one at random (nftables numgen); 0 drops none.
 // The counters keep counting across changes.
@@ -128,6 +137,21 @@ func (p *Path) SetLoss(t testing.TB, percent int) {
 		must(t, r.cmd(rule...)...)
 	}
 	p.loss = percent
+}
+
+// MarkCE makes R mark percent % (1 to 100) of the ECN-capable (ECT(0))
+// IPv4 RoCEv2 datagrams it forwards from A to B Congestion Experienced, at
+// random, as a router's AQM marks instead of dropping (this kernel has no
+// marking qdisc: no fq_codel, red or codel). A datagram that is not
+// ECN-capable is never marked. Call it after SetLoss, which clears it.
+func (p *Path) MarkCE(t testing.TB, percent int) {
+	t.Helper()
+	if percent < 1 || percent > 100 {
+		t.Fatalf("netimpair: CE marking %d%% is not between 1 and 100", percent)
+	}
+	r := End{NS: p.R}
+	must(t, r.cmd("nft", "add", "rule", "inet", p.table, "relay", "iifname", p.rA, "udp", "dport", "4791",
+		"ip", "ecn", "ect0", "numgen", "random", "mod", "100", "<", strconv.Itoa(percent), "ip", "ecn", "set", "ce")...)
 }
 
 // Loss is the drop percentage in force.

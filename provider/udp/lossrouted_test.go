@@ -126,42 +126,7 @@ func routedLoss(t *testing.T, mode string) routedGoodput {
 		}
 	}
 	p := netimpair.Routed(t, mtu)
-	t.Setenv("IBEX_UDP_XDP", mode) // this end, and the peer through its environment
-
-	// This end's device opens in namespace A (its sockets and XDP program
-	// belong there); the context opened here keeps the device, which the
-	// end's own open then shares.
-	name := fmt.Sprintf("routed%d%s", os.Getpid(), mode)
-	if err := udp.AddDevice(name, netip.AddrPortFrom(p.IPA, 0)); err != nil {
-		t.Fatal(err)
-	}
-	var held *verbs.Context
-	var err error
-	inNamespace(t, p.A.NS, func() { held, err = verbs.Open("udp/" + name) })
-	if err != nil {
-		if mode == "on" && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP)) {
-			t.Skipf("no AF_XDP here (no permission to open AF_XDP sockets or load XDP programs, or %s refuses XDP): %v", p.A.Dev, err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := held.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	e := newBigEnd(t, name, 2*routedSize)
-	remote, stdin := startNetnsPeer(t, p.B.NS, p.IPB)
-	info := e.qp.Info()
-	txt, _ := info.MarshalText()
-	if _, err := fmt.Fprintf(stdin, "%s\n", txt); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.qp.Connect(remote, slowMachine); err != nil {
-		t.Fatal(err)
-	}
-	if pa, _ := e.ctx.QueryPort(1); mtu >= 4200 && pa.ActiveMTU != verbs.MTU4096 {
-		t.Errorf("active MTU on a %d-byte veth: %v, want 4096", mtu, pa.ActiveMTU)
-	}
+	e, remote := routedEnds(t, p, "routed", mode, mtu)
 
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
@@ -225,6 +190,50 @@ func routedLoss(t *testing.T, mode string) routedGoodput {
 		t.Errorf("the WRITE through 1%% loss resent nothing (%d packets sent)", g.Sent)
 	}
 	return g
+}
+
+// routedEnds opens this end in namespace A of p, on the path mode says
+// (IBEX_UDP_XDP), with a buffer of 2 × routedSize, starts the peer in B
+// and connects the two.
+func routedEnds(t *testing.T, p *netimpair.Path, tag, mode string, mtu int) (*bigEnd, verbs.ConnInfo) {
+	t.Helper()
+	t.Setenv("IBEX_UDP_XDP", mode) // this end, and the peer through its environment
+
+	// This end's device opens in namespace A (its sockets and XDP program
+	// belong there); the context opened here keeps the device, which the
+	// end's own open then shares.
+	name := fmt.Sprintf("%s%d%s", tag, os.Getpid(), mode)
+	if err := udp.AddDevice(name, netip.AddrPortFrom(p.IPA, 0)); err != nil {
+		t.Fatal(err)
+	}
+	var held *verbs.Context
+	var err error
+	inNamespace(t, p.A.NS, func() { held, err = verbs.Open("udp/" + name) })
+	if err != nil {
+		if mode == "on" && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP)) {
+			t.Skipf("no AF_XDP here (no permission to open AF_XDP sockets or load XDP programs, or %s refuses XDP): %v", p.A.Dev, err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := held.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	e := newBigEnd(t, name, 2*routedSize)
+	remote, stdin := startNetnsPeer(t, p.B.NS, p.IPB)
+	info := e.qp.Info()
+	txt, _ := info.MarshalText()
+	if _, err := fmt.Fprintf(stdin, "%s\n", txt); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.qp.Connect(remote, slowMachine); err != nil {
+		t.Fatal(err)
+	}
+	if pa, _ := e.ctx.QueryPort(1); mtu >= 4200 && pa.ActiveMTU != verbs.MTU4096 {
+		t.Errorf("active MTU on a %d-byte veth: %v, want 4096", mtu, pa.ActiveMTU)
+	}
+	return e, remote
 }
 
 // inNamespace runs f on the calling goroutine with its thread in network
