@@ -169,7 +169,9 @@ func TestSimHelp(t *testing.T) {
 }
 
 func simRunOpts() simRunOptions {
-	return simRunOptions{min: "64M", factor: 2, pipeline: 1, routing: "dmodk", seed: 1, top: 3, engine: "packet", seeds: 1, iters: 1}
+	o := defaultSimRunOptions()
+	o.top = 3
+	return o
 }
 
 func TestSimRun(t *testing.T) {

@@ -40,10 +40,11 @@ func newSimPlanCmd() *cobra.Command {
 			"transceivers and price them with the cost table (sim/cost: every value carries its source;\n" +
 			"--costs FILE overrides it with your quotes), and simulate a --size all-reduce at flow level\n" +
 			"the two ways NCCL runs it: the ring over all GPUs and the tree across hosts. One row per\n" +
-			"design. Without --design, the three issue-9 designs for --gpus: InfiniBand NDR\n" +
-			"rail-optimized (DGX SuperPOD), RoCE 400G two-tier and RoCE 400G three-tier (ToR clusters).",
+			"design. Without --design, three built-in designs sized for --gpus: InfiniBand NDR\n" +
+			"rail-optimized (DGX SuperPOD), RoCE 400G two-tier and RoCE 400G three-tier (ToR clusters).\n" +
+			"A --design file must have exactly --gpus GPUs.",
 		Example: "  ibex sim plan --gpus 4096\n" +
-			"  ibex sim plan --gpus 2048 --design 'ndr=examples/superpod-1024gpu.yaml:ib' --design 'roce=examples/fattree-2tier-k64-8gpu.yaml:roce' --plot plan.png",
+			"  ibex sim plan --gpus 4096 --design 'two-tier=examples/fattree-2tier-k128-8gpu.yaml:roce' --design 'three-tier=examples/fattree-3tier-k64-8gpu-compact.yaml:roce' --plot plan.png",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSimPlan(cmd.OutOrStdout(), o)
@@ -61,6 +62,12 @@ func newSimPlanCmd() *cobra.Command {
 }
 
 func runSimPlan(out io.Writer, o simPlanOptions) error {
+	if o.gpus < 1 {
+		return fmt.Errorf("sim plan: --gpus %d: want 1 or more", o.gpus)
+	}
+	if err := checkOutputFile("sim plan: --plot", o.plotFile, []string{"png"}); err != nil {
+		return err
+	}
 	size, err := units.ParseBytes(o.size)
 	if err != nil || size <= 0 {
 		return fmt.Errorf("sim plan: --size %q: want a size like 1G", o.size)
@@ -93,7 +100,9 @@ func runSimPlan(out io.Writer, o simPlanOptions) error {
 		}
 		designs = append(designs, plan.Design{Name: name, Spec: spec, LinkLayer: ll})
 	}
-	p, err := simParams(simRunOptions{routing: o.routing})
+	ro := defaultSimRunOptions()
+	ro.routing = o.routing
+	p, err := simParams(ro)
 	if err != nil {
 		return err
 	}

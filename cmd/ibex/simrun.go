@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -64,7 +67,21 @@ type simRunOptions struct {
 	failWindow  time.Duration
 }
 
+// defaultSimRunOptions are sim run's flag defaults; sweep and plan start
+// from them for the flags they do not have.
+func defaultSimRunOptions() simRunOptions {
+	d := fabric.Defaults
+	return simRunOptions{min: "64M", factor: 2, pipeline: 1, routing: "dmodk", seed: 1, vls: d.VLs, creditUnit: d.CreditUnit,
+		slots: d.Slots, qps: d.QPsPerConn, msgOverhead: desDuration(d.MsgOverhead), nicLatency: desDuration(d.NICLatency),
+		retry: desDuration(d.RetryTimeout), top: 10, progress: true, engine: "packet", linkLayer: "ib", cc: "auto",
+		ecnPmax: d.ECNPmax, iters: 1, seeds: 1}
+}
+
+// desDuration is a simulated time as a time.Duration (whole nanoseconds).
+func desDuration(t des.Time) time.Duration { return time.Duration(t / des.Nanosecond) }
+
 func newSimRunCmd() *cobra.Command {
+	d := defaultSimRunOptions()
 	var o simRunOptions
 	cmd := &cobra.Command{
 		Use:   "run TOPOLOGY [COLLECTIVE|PATTERN] [flags]",
@@ -95,45 +112,45 @@ func newSimRunCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.min, "minbytes", "b", "64M", "smallest size (K, M, G suffixes)")
+	f.StringVarP(&o.min, "minbytes", "b", d.min, "smallest size (K, M, G suffixes)")
 	f.StringVarP(&o.max, "maxbytes", "e", "", "largest size (default: the smallest)")
-	f.Int64VarP(&o.factor, "stepfactor", "f", 2, "multiply the size by this each step")
+	f.Int64VarP(&o.factor, "stepfactor", "f", d.factor, "multiply the size by this each step")
 	f.StringVar(&o.algo, "algo", "", "algorithm: ring, tree, rhd, rd, direct (default ring; direct for all_to_all)")
 	f.IntVar(&o.gpus, "gpus", 0, "ranks: the first N GPUs of the topology (default all)")
 	f.StringVar(&o.on, "on", "", "ranks on these GPUs, in rank order: a list of GPU numbers and ranges (host × GPUs per host + index), e.g. 0-7,64-71")
 	f.IntVar(&o.channels, "channels", 0, "channels (default: NICs per host)")
-	f.IntVar(&o.pipeline, "pipeline", 1, "split every slot of the algorithm into this many pieces (coll/algo's pipeline)")
-	f.StringVar(&o.routing, "routing", "dmodk", "dmodk (OpenSM ftree), ecmp (hash per QP) or adaptive (least-loaded port); a comma list runs each (dmodk,adaptive)")
-	f.Uint64Var(&o.seed, "seed", 1, "seed: salts the ECMP hashes and draws the permutation; the same seed replays a run")
-	f.IntVar(&o.vls, "vls", 0, "data VLs (QP i on VL i mod VLs; default 1)")
+	f.IntVar(&o.pipeline, "pipeline", d.pipeline, "split every slot of the algorithm into this many pieces (coll/algo's pipeline)")
+	f.StringVar(&o.routing, "routing", d.routing, "dmodk (OpenSM ftree), ecmp (hash per QP) or adaptive (least-loaded port); a comma list runs each (dmodk,adaptive)")
+	f.Uint64Var(&o.seed, "seed", d.seed, "seed: salts the ECMP hashes and draws the permutation; the same seed replays a run")
+	f.IntVar(&o.vls, "vls", d.vls, "data VLs, 1 to 8 (QP i on VL i mod VLs)")
 	f.StringVar(&o.buffer, "buffer", "", "receive buffer per port per VL (default 64K)")
-	f.IntVar(&o.creditUnit, "credit-unit", 0, "bytes per credit (default 64)")
+	f.IntVar(&o.creditUnit, "credit-unit", d.creditUnit, "bytes per credit, 1 to 4096")
 	f.StringVar(&o.chunk, "chunk", "", "bytes per message (default 512K: NCCL_BUFFSIZE/NCCL_STEPS)")
-	f.IntVar(&o.slots, "slots", 0, "messages in flight per connection (default 8: NCCL_STEPS)")
-	f.IntVar(&o.qps, "qps", 0, "QPs per connection (default 1)")
-	f.DurationVar(&o.msgOverhead, "msg-overhead", 0, "per-message gap at the sending QP (default 500ns)")
-	f.DurationVar(&o.nicLatency, "nic-latency", 0, "receiving NIC's wire-to-memory latency (default 300ns)")
-	f.DurationVar(&o.retry, "retry-timeout", 0, "how long a QP waits before resending packets a link failure lost (default 4.29s: 4.096us x 2^20, NCCL_IB_TIMEOUT=20)")
+	f.IntVar(&o.slots, "slots", d.slots, "messages in flight per connection, 1 to 1024 (default: NCCL_STEPS)")
+	f.IntVar(&o.qps, "qps", d.qps, "QPs per connection, 1 to 64")
+	f.DurationVar(&o.msgOverhead, "msg-overhead", d.msgOverhead, "per-message gap at the sending QP (> 0)")
+	f.DurationVar(&o.nicLatency, "nic-latency", d.nicLatency, "receiving NIC's wire-to-memory latency (> 0)")
+	f.DurationVar(&o.retry, "retry-timeout", d.retry, "how long a QP waits before resending packets a link failure lost (> 0; default 4.096us x 2^20, NCCL_IB_TIMEOUT=20)")
 	f.BoolVar(&o.localNIC, "local-nic", false, "send between hosts from the sending GPU's own NIC instead of PXN")
 	f.StringArrayVar(&o.fail, "fail", nil, "fail a link at a simulated time: PORT@TIME (leaf0:32@50us, host3.nic1@1ms) or LINKNUMBER@TIME; repeatable")
 	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
 	f.StringVar(&o.trace, "trace", "", "write a Chrome / Perfetto trace (JSON) of the last size to this file")
-	f.IntVar(&o.top, "top", 10, "hottest links to list")
-	f.BoolVar(&o.progress, "progress", true, "show a progress line on stderr for runs longer than 2 s")
-	f.StringVar(&o.engine, "engine", "packet", "packet (every packet and credit) or flow (max-min fair rates per step; 100k GPUs in seconds)")
+	f.IntVar(&o.top, "top", d.top, "hottest links to list")
+	f.BoolVar(&o.progress, "progress", d.progress, "show a progress line on stderr for runs longer than 2 s")
+	f.StringVar(&o.engine, "engine", d.engine, "packet (every packet and credit) or flow (max-min fair rates per step; 100k GPUs in seconds)")
 	f.BoolVar(&o.hier, "hier", false, "all_reduce as NCCL does across nodes: ring reduce-scatter in each host, --algo (ring or tree) per rail across hosts, ring all-gather in each host (flow engine)")
-	f.StringVar(&o.linkLayer, "link-layer", "ib", "ib (InfiniBand: credit flow control per VL) or roce (RoCEv2: Ethernet framing, PFC, ECN)")
-	f.StringVar(&o.cc, "cc", "auto", "congestion control: auto (DCQCN with roce, none with ib), none (roce: PFC and NCCL's admission only, as Meta runs), dcqcn")
+	f.StringVar(&o.linkLayer, "link-layer", d.linkLayer, "ib (InfiniBand: credit flow control per VL) or roce (RoCEv2: Ethernet framing, PFC, ECN)")
+	f.StringVar(&o.cc, "cc", d.cc, "congestion control: auto (DCQCN with roce, none with ib), none (roce: PFC and NCCL's admission only, as Meta runs), dcqcn")
 	f.StringVar(&o.pfcXoff, "pfc-xoff", "", "roce: PFC Xoff per ingress port and priority (default 256K)")
 	f.StringVar(&o.pfcHeadroom, "pfc-headroom", "", "roce: PFC headroom above Xoff (default: computed per port so nothing is dropped)")
 	f.StringVar(&o.ecnKmin, "ecn-kmin", "", "roce: ECN marking starts above this many bytes queued (default 64K)")
 	f.StringVar(&o.ecnKmax, "ecn-kmax", "", "roce: ECN marks every packet above this (default 256K)")
-	f.Float64Var(&o.ecnPmax, "ecn-pmax", 0, "roce: marking probability at ecn-kmax (default 0.2)")
-	f.IntVar(&o.iters, "iters", 1, "run the operation this many times back to back in one simulation, reporting each iteration's time when links fail")
+	f.Float64Var(&o.ecnPmax, "ecn-pmax", d.ecnPmax, "roce: marking probability at ecn-kmax, > 0 and <= 1")
+	f.IntVar(&o.iters, "iters", d.iters, "run the operation this many times back to back in one simulation, reporting each iteration's time when links fail")
 	f.StringArrayVar(&o.failSwitch, "fail-switch", nil, "fail every link of a switch at a simulated time: NAME@TIME (spine3@1ms); repeatable")
 	f.IntVar(&o.failRandom, "fail-random", 0, "fail this many switch-to-switch links, drawn from --seed, at random times within --fail-window")
 	f.DurationVar(&o.failWindow, "fail-window", 0, "window of --fail-random's times (default: the run's time without failures)")
-	f.IntVar(&o.seeds, "seeds", 1, "run every size with this many seeds from --seed on and report the spread (ECMP collisions)")
+	f.IntVar(&o.seeds, "seeds", d.seeds, "run every size with this many seeds from --seed on and report the spread (ECMP collisions)")
 	return cmd
 }
 
@@ -177,7 +194,18 @@ type link struct {
 }
 
 func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error {
+	if err := checkSimRunFlags(o); err != nil {
+		return err
+	}
 	if rs := strings.Split(o.routing, ","); len(rs) > 1 {
+		// Every routing's parameters are checked before the first runs.
+		for _, r := range rs {
+			o2 := o
+			o2.routing = strings.TrimSpace(r)
+			if _, err := simParams(o2); err != nil {
+				return err
+			}
+		}
 		// One report per routing, one after the other.
 		for _, r := range rs {
 			o2 := o
@@ -232,9 +260,6 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	linkFails := len(fails)
 	fails = append(fails, sw...)
 	compare := len(fails) > 0 || o.failRandom > 0
-	if o.failRandom < 0 || o.failWindow < 0 || o.iters < 1 {
-		return fmt.Errorf("sim run: --fail-random %d, --fail-window %v, --iters %d: want >= 0, >= 0, >= 1", o.failRandom, o.failWindow, o.iters)
-	}
 	lo, err := units.ParseBytes(o.min)
 	if err != nil {
 		return fmt.Errorf("sim run: -b %q: %w", o.min, err)
@@ -247,9 +272,6 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	}
 	if lo < 0 || hi < lo {
 		return fmt.Errorf("sim run: sizes -b %s -e %s: want 0 <= min <= max", o.min, o.max)
-	}
-	if o.factor < 2 {
-		return fmt.Errorf("sim run: -f %d: want a factor >= 2", o.factor)
 	}
 	gpn := g.GPUsOnHost()
 	if gpn == 0 {
@@ -268,15 +290,17 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 		if o.hier {
 			ew.printf("# hierarchical: ring reduce-scatter in each host, %s across hosts per rail, ring all-gather in each host\n", name)
 		}
-		lanes := fmt.Sprintf("%d VL(s), buffer %s/VL", orDefault(p.VLs, fabric.Defaults.VLs), units.FormatBytes(int64(orDefault(p.Buffer, fabric.Defaults.Buffer))))
+		p, err := fabric.CheckParams(p) // the values the engine will use
+		if err != nil {
+			return err
+		}
+		lanes := fmt.Sprintf("%d VL(s), buffer %s/VL", p.VLs, units.FormatBytes(int64(p.Buffer)))
 		if p.LinkLayer == fabric.LinkRoCE {
-			lanes = fmt.Sprintf("RoCEv2, %d priorities, PFC Xoff %s, congestion control %v", orDefault(p.VLs, fabric.Defaults.VLs),
-				units.FormatBytes(int64(orDefault(p.PFCXoff, fabric.Defaults.PFCXoff))), p.CC)
+			lanes = fmt.Sprintf("RoCEv2, %d priorities, PFC Xoff %s, congestion control %v", p.VLs, units.FormatBytes(int64(p.PFCXoff)), p.CC)
 		}
 		ew.printf("# %s over %d GPUs, %d channel(s), %s, %v routing, chunk %s, %d slots, %d QP(s)/connection, %s, seed %d\n",
 			name, ranks, nch, map[bool]string{true: "own NIC", false: "PXN"}[o.localNIC], p.Routing,
-			units.FormatBytes(int64(orDefault(p.Chunk, fabric.Defaults.Chunk))), orDefault(p.Slots, fabric.Defaults.Slots),
-			orDefault(p.QPsPerConn, fabric.Defaults.QPsPerConn), lanes, o.seed)
+			units.FormatBytes(int64(p.Chunk)), p.Slots, p.QPsPerConn, lanes, o.seed)
 		for _, f := range fails[:linkFails] {
 			ew.printf("# link %s fails at %v\n", g.LinkName(f.Link), f.At)
 		}
@@ -415,13 +439,6 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	return ew.err
 }
 
-func orDefault(v, d int) int {
-	if v == 0 {
-		return d
-	}
-	return v
-}
-
 // peakRSS is the process's peak resident set, from getrusage.
 func peakRSS() int64 {
 	var ru syscall.Rusage
@@ -545,26 +562,44 @@ func simSchedule(what, algoName string, ranks, pipeline int, seed uint64) (*algo
 	return s, fmt.Sprintf("%v %v", a, c), nil
 }
 
+// simParams turns the flags into checked fabric parameters: each flag's
+// range is checked here, naming the flag, and then the combination by
+// fabric.CheckParams.
 func simParams(o simRunOptions) (fabric.Params, error) {
+	for _, r := range []struct {
+		flag    string
+		v, a, b int
+	}{{"vls", o.vls, 1, 8}, {"credit-unit", o.creditUnit, 1, 4096}, {"slots", o.slots, 1, 1024}, {"qps", o.qps, 1, 64}} {
+		if r.v < r.a || r.v > r.b {
+			return fabric.Params{}, fmt.Errorf("sim run: --%s %d: want %d to %d", r.flag, r.v, r.a, r.b)
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"msg-overhead", o.msgOverhead}, {"nic-latency", o.nicLatency}, {"retry-timeout", o.retry}} {
+		if d.v <= 0 || d.v > time.Hour {
+			return fabric.Params{}, fmt.Errorf("sim run: --%s %v: want a duration above 0 and up to 1h", d.flag, d.v)
+		}
+	}
+	if !(o.ecnPmax > 0 && o.ecnPmax <= 1) {
+		return fabric.Params{}, fmt.Errorf("sim run: --ecn-pmax %g: want above 0 and up to 1", o.ecnPmax)
+	}
 	p := fabric.Params{VLs: o.vls, CreditUnit: o.creditUnit, Slots: o.slots, QPsPerConn: o.qps,
 		MsgOverhead:  des.Time(o.msgOverhead.Nanoseconds()) * des.Nanosecond,
 		NICLatency:   des.Time(o.nicLatency.Nanoseconds()) * des.Nanosecond,
-		RetryTimeout: des.Time(o.retry.Nanoseconds()) * des.Nanosecond}
+		RetryTimeout: des.Time(o.retry.Nanoseconds()) * des.Nanosecond,
+		ECNPmax:      o.ecnPmax}
 	var err error
 	if p.Routing, err = fabric.ParseRouting(o.routing); err != nil {
 		return p, fmt.Errorf("sim run: --routing: %w", err)
 	}
-	if o.linkLayer != "" {
-		if p.LinkLayer, err = fabric.ParseLinkLayer(o.linkLayer); err != nil {
-			return p, fmt.Errorf("sim run: --link-layer: %w", err)
-		}
+	if p.LinkLayer, err = fabric.ParseLinkLayer(o.linkLayer); err != nil {
+		return p, fmt.Errorf("sim run: --link-layer: %w", err)
 	}
-	if o.cc != "" {
-		if p.CC, err = fabric.ParseCongestionControl(o.cc); err != nil {
-			return p, fmt.Errorf("sim run: --cc: %w", err)
-		}
+	if p.CC, err = fabric.ParseCongestionControl(o.cc); err != nil {
+		return p, fmt.Errorf("sim run: --cc: %w", err)
 	}
-	p.ECNPmax = o.ecnPmax
 	for _, b := range []struct {
 		flag, v string
 		dst     *int
@@ -579,10 +614,92 @@ func simParams(o simRunOptions) (fabric.Params, error) {
 		}
 		*b.dst = int(n)
 	}
-	if o.msgOverhead < 0 || o.nicLatency < 0 || o.retry < 0 {
-		return p, fmt.Errorf("sim run: --msg-overhead %v, --nic-latency %v, --retry-timeout %v: want >= 0", o.msgOverhead, o.nicLatency, o.retry)
+	// The engines fill the defaults themselves (sim plan sets the link
+	// layer per design after this), so p goes back unfilled.
+	if _, err := fabric.CheckParams(p); err != nil {
+		return p, fmt.Errorf("sim run: flags %s: %w", strings.Join(paramFlags(o), " "), err)
 	}
 	return p, nil
+}
+
+// paramFlags lists the link-layer flags of o as typed, for an error about
+// their combination.
+func paramFlags(o simRunOptions) []string {
+	out := []string{"--link-layer " + o.linkLayer, "--cc " + o.cc, "--routing " + o.routing}
+	for _, f := range []struct{ flag, v string }{{"pfc-xoff", o.pfcXoff}, {"pfc-headroom", o.pfcHeadroom}, {"ecn-kmin", o.ecnKmin}, {"ecn-kmax", o.ecnKmax}} {
+		if f.v != "" {
+			out = append(out, "--"+f.flag+" "+f.v)
+		}
+	}
+	return out
+}
+
+// checkSimRunFlags checks the flags that do not go into fabric.Params,
+// before anything is loaded or run.
+func checkSimRunFlags(o simRunOptions) error {
+	switch {
+	case o.engine != "packet" && o.engine != "flow":
+		return fmt.Errorf("sim run: --engine %q: want packet or flow", o.engine)
+	case o.hier && o.engine != "flow":
+		return fmt.Errorf("sim run: --hier needs --engine flow")
+	case o.trace != "" && o.engine != "packet":
+		return fmt.Errorf("sim run: --trace needs --engine packet")
+	case o.gpus < 0:
+		return fmt.Errorf("sim run: --gpus %d: want 1 or more (0: all)", o.gpus)
+	case o.channels < 0 || o.channels > 64:
+		return fmt.Errorf("sim run: --channels %d: want 1 to 64 (0: NICs per host)", o.channels)
+	case o.pipeline < 1 || o.pipeline > 1024:
+		return fmt.Errorf("sim run: --pipeline %d: want 1 to 1024", o.pipeline)
+	case o.seeds < 1 || o.seeds > 100000:
+		return fmt.Errorf("sim run: --seeds %d: want 1 to 100000", o.seeds)
+	case o.iters < 1 || o.iters > 1<<16:
+		return fmt.Errorf("sim run: --iters %d: want 1 to %d", o.iters, 1<<16)
+	case o.top < 0:
+		return fmt.Errorf("sim run: --top %d: want 0 or more", o.top)
+	case o.failRandom < 0:
+		return fmt.Errorf("sim run: --fail-random %d: want 0 or more", o.failRandom)
+	case o.failWindow < 0:
+		return fmt.Errorf("sim run: --fail-window %v: want 0 or more", o.failWindow)
+	case o.factor < 2:
+		return fmt.Errorf("sim run: -f %d: want a factor >= 2", o.factor)
+	}
+	return checkOutputFile("sim run: --trace", o.trace, nil)
+}
+
+// checkOutputFile checks, before any work, that path can be written: its
+// directory exists and is writable, and path is not a directory (nor a
+// file that cannot be written). With exts, the name must end in one of
+// them. An empty path is no output.
+func checkOutputFile(what, path string, exts []string) error {
+	if path == "" {
+		return nil
+	}
+	if exts != nil && !slices.Contains(exts, strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))) {
+		return fmt.Errorf("%s %s: want a file name ending in .%s", what, path, strings.Join(exts, ", ."))
+	}
+	if st, err := os.Stat(path); err == nil {
+		if st.IsDir() {
+			return fmt.Errorf("%s %s: is a directory", what, path)
+		}
+		if err := syscall.Access(path, 2); err != nil {
+			return fmt.Errorf("%s %s: not writable: %w", what, path, err)
+		}
+		return nil
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s %s: directory %s does not exist", what, path, dir)
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	case !st.IsDir():
+		return fmt.Errorf("%s %s: %s is not a directory", what, path, dir)
+	}
+	if err := syscall.Access(dir, 2); err != nil {
+		return fmt.Errorf("%s %s: directory %s is not writable: %w", what, path, dir, err)
+	}
+	return nil
 }
 
 // parseGPUList reads --on: comma-separated GPU numbers and ranges a-b.

@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/ibex-rdma/ibex/internal/units"
+	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/packet"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
@@ -34,7 +35,7 @@ type simSweepOptions struct {
 }
 
 func newSimSweepCmd() *cobra.Command {
-	var o simSweepOptions
+	o := simSweepOptions{run: defaultSimRunOptions()}
 	cmd := &cobra.Command{
 		Use:   "sweep [COLLECTIVE|PATTERN] --topos FILES [flags]",
 		Short: "Run a collective over every combination of topologies, sizes, algorithms, routings and seeds",
@@ -147,19 +148,25 @@ func runSimSweep(out io.Writer, what string, o simSweepOptions) error {
 	if len(routings) == 0 {
 		return fmt.Errorf("sim sweep: --routing: none given")
 	}
-	ew := &errWriter{w: out}
-	ew.printf("# ibex sim sweep %s: %d topologies x %d sizes x %d algorithms x %d routings x %d seeds, engine %s\n",
-		what, len(topos), len(sizes), len(algos), len(routings), len(seeds), o.run.engine)
-	ew.printf("# %-28s %-8s %-8s %5s %12s %12s %12s %12s\n", "topology", "algo", "routing", "seed", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)")
-	var rows []sweepRow
+	if err := checkSweepFlags(o); err != nil {
+		return err
+	}
+	// Every topology, algorithm and routing is checked before the first
+	// run.
+	type sweepTopo struct {
+		path  string
+		g     *topo.Graph
+		ranks int
+	}
+	var tops []sweepTopo
 	for _, path := range topos {
 		spec, err := topo.Load(path)
 		if err != nil {
-			return err
+			return fmt.Errorf("sim sweep: --topos: %w", err)
 		}
 		g, err := spec.Build()
 		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			return fmt.Errorf("sim sweep: --topos: %s: %w", path, err)
 		}
 		ranks := o.run.gpus
 		if ranks == 0 {
@@ -168,16 +175,40 @@ func runSimSweep(out io.Writer, what string, o simSweepOptions) error {
 		if ranks < 1 || ranks > g.NumGPUs() {
 			return fmt.Errorf("sim sweep: --gpus %d: %s has %d GPUs", o.run.gpus, path, g.NumGPUs())
 		}
+		if g.GPUsOnHost() == 0 {
+			return fmt.Errorf("sim sweep: --topos: %s: hosts with different numbers of NICs; the workload needs the same number on every host", path)
+		}
+		for _, a := range algos {
+			if _, _, err := simSchedule(what, a, ranks, o.run.pipeline, seeds[0]); err != nil {
+				return fmt.Errorf("%w (%s)", err, path)
+			}
+		}
+		tops = append(tops, sweepTopo{path, g, ranks})
+	}
+	params := map[string]fabric.Params{}
+	for _, r := range routings {
+		ro := o.run
+		ro.routing = r
+		p, err := simParams(ro)
+		if err != nil {
+			return err
+		}
+		params[r] = p
+	}
+	ew := &errWriter{w: out}
+	ew.printf("# ibex sim sweep %s: %d topologies x %d sizes x %d algorithms x %d routings x %d seeds, engine %s\n",
+		what, len(topos), len(sizes), len(algos), len(routings), len(seeds), o.run.engine)
+	ew.printf("# %-28s %-8s %-8s %5s %12s %12s %12s %12s\n", "topology", "algo", "routing", "seed", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)")
+	var rows []sweepRow
+	for _, t := range tops {
+		path, g, ranks := t.path, t.g, t.ranks
 		for _, a := range algos {
 			for _, r := range routings {
 				ro := o.run
 				ro.routing, ro.algo, ro.iters, ro.seeds = r, a, 1, 1
-				p, err := simParams(ro)
-				if err != nil {
-					return err
-				}
+				p := params[r]
 				for _, seed := range seeds {
-					sched, name, err := simSchedule(what, a, ranks, max(ro.pipeline, 1), seed)
+					sched, name, err := simSchedule(what, a, ranks, ro.pipeline, seed)
 					if err != nil {
 						return err
 					}
@@ -215,6 +246,35 @@ func runSimSweep(out io.Writer, what string, o simSweepOptions) error {
 	}
 	if o.plotFile != "" {
 		return plotSweep(o.plotFile, what, rows)
+	}
+	return nil
+}
+
+// plotExts are the formats gonum/plot's Save writes.
+var plotExts = []string{"png", "svg", "pdf", "eps", "jpg", "jpeg", "tif", "tiff"}
+
+// checkSweepFlags checks the flags of sweep that are not lists, and the
+// output files, before anything is loaded or run.
+func checkSweepFlags(o simSweepOptions) error {
+	switch {
+	case o.run.engine != "packet" && o.run.engine != "flow":
+		return fmt.Errorf("sim sweep: --engine %q: want packet or flow", o.run.engine)
+	case o.run.hier && o.run.engine != "flow":
+		return fmt.Errorf("sim sweep: --hier needs --engine flow")
+	case o.run.gpus < 0:
+		return fmt.Errorf("sim sweep: --gpus %d: want 1 or more (0: all)", o.run.gpus)
+	case o.run.channels < 0 || o.run.channels > 64:
+		return fmt.Errorf("sim sweep: --channels %d: want 1 to 64 (0: NICs per host)", o.run.channels)
+	case o.run.pipeline < 1 || o.run.pipeline > 1024:
+		return fmt.Errorf("sim sweep: --pipeline %d: want 1 to 1024", o.run.pipeline)
+	}
+	for _, f := range []struct {
+		flag, path string
+		exts       []string
+	}{{"--csv", o.csvFile, nil}, {"--json", o.jsonFile, nil}, {"--plot", o.plotFile, plotExts}} {
+		if err := checkOutputFile("sim sweep: "+f.flag, f.path, f.exts); err != nil {
+			return err
+		}
 	}
 	return nil
 }
