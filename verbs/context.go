@@ -32,6 +32,9 @@ type DeviceAttr struct {
 	MaxInlineData   int
 	MaxMsgSize      uint64
 	AtomicCap       AtomicCap
+	// BoardID is ibv_devinfo's board_id (the PSID of a real HCA). A
+	// provider that sets none gets "IBEX_" and its name in capitals.
+	BoardID string
 	// Caps is what the transport guarantees beyond the limits above.
 	// Programs decide by it, never by a device's name: a device added
 	// later, or a new provider, gets every path its guarantees allow.
@@ -50,6 +53,14 @@ type PortAttr struct {
 	LinkLayer   string // "Ethernet" or "InfiniBand"
 	ActiveSpeed string // e.g. "400 Gbps" or "memory"
 	MaxMsgSize  uint64
+	LMC         uint8 // LID mask count: 0, one LID per port
+	// ActiveWidth is ibv_port_attr.active_width (1 = 1X, 2 = 4X, 4 = 8X,
+	// 8 = 12X, 16 = 2X); a provider's 0 reads as 1X, what rxe reports on a
+	// link without a speed.
+	ActiveWidth uint8
+	// PhysState is ibv_port_attr.phys_state (3 = DISABLED, 5 = LINK_UP); a
+	// provider's 0 follows State: DISABLED for a down port, else LINK_UP.
+	PhysState uint8
 }
 
 // Context is an opened device (ibv_context). It is safe for concurrent use.
@@ -95,6 +106,9 @@ func Open(device string) (*Context, error) {
 				c.dev = c.bind.Device()
 				c.prog, _ = c.dev.(progresser)
 				c.attr = c.bind.DeviceAttr()
+				if c.attr.BoardID == "" {
+					c.attr.BoardID = "IBEX_" + strings.ToUpper(c.provider)
+				}
 				return c, nil
 			}
 		}
@@ -137,7 +151,20 @@ func (c *Context) QueryPort(port uint8) (PortAttr, error) {
 	if port < 1 || port > c.attr.PhysPortCnt {
 		return PortAttr{}, errorf(ErrInvalidArgument, "query port: port %d: device %s has ports 1..%d", port, c.name, c.attr.PhysPortCnt)
 	}
-	return c.bind.PortAttr(port)
+	a, err := c.bind.PortAttr(port)
+	if err != nil {
+		return PortAttr{}, err
+	}
+	if a.ActiveWidth == 0 {
+		a.ActiveWidth = 1
+	}
+	if a.PhysState == 0 {
+		a.PhysState = 5 // LINK_UP
+		if a.State == PortDown {
+			a.PhysState = 3 // DISABLED
+		}
+	}
+	return a, nil
 }
 
 // AsyncEvent waits for the next asynchronous event (ibv_get_async_event).
