@@ -1,49 +1,173 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
+// devicesOptions are ibv_devinfo's flags (-d, -i, -l, -v) and --table,
+// the list ibv_devices prints with ibex's provider and port state.
 type devicesOptions struct {
-	Verbose bool   // ibv_devinfo -v layout
-	Device  string // only this device; implies Verbose
+	Verbose bool   // -v: every attribute (ibv_devinfo -v)
+	Device  string // -d: only this device, "udp0" or "udp/udp0"
+	Port    int    // -i: only this port; 0 is every port
+	PortSet bool   // -i was given (so -i 0 is an error, as in ibv_devinfo)
+	List    bool   // -l: device names only (ibv_devinfo -l)
+	Table   bool   // --table: one row per device (ibv_devices and more)
 }
 
-// writeDevices prints the devices of every registered provider: a table by
-// default, the ibv_devinfo -v layout with Verbose or Device set.
+func newDevicesCmd() *cobra.Command {
+	var opt devicesOptions
+	cmd := &cobra.Command{
+		Use:   "devices [-l | --table | [-v] [-d DEVICE] [-i PORT]]",
+		Short: "Show RDMA devices as ibv_devinfo does (-l, --table for ibv_devices' list)",
+		Long: "Print the devices of every registered provider as ibv_devinfo prints them:\n" +
+			"by default its summary (hca_id, transport, fw_ver, node_guid, sys_image_guid,\n" +
+			"vendor_id, vendor_part_id, hw_ver, board_id, phys_port_cnt, then per port\n" +
+			"state, max_mtu, active_mtu, sm_lid, port_lid, port_lmc, link_layer), with -v\n" +
+			"every device and port attribute in ibv_devinfo -v's layout, followed by\n" +
+			"ibex's own (provider, max_inline_data, ibex_caps, port counters).\n\n" +
+			"-l prints only the names, as ibv_devinfo -l does (\"3 HCAs found:\").\n" +
+			"--table prints ibv_devices' list, device and node GUID, with two more\n" +
+			"columns: the provider and each port's state.\n\n" +
+			"-d takes a device name (udp0) or provider/device (udp/udp0), as every ibex\n" +
+			"command does; a name that is no device (-d udp) is an error that suggests\n" +
+			"the nearest devices and lists them all. -i PORT shows only that port.\n\n" +
+			"Examples:\n" +
+			"  ibex devices\n" +
+			"  ibex devices -l\n" +
+			"  ibex devices --table\n" +
+			"  ibex devices -v -d udp/udp0 -i 1",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opt.PortSet = cmd.Flags().Changed("ib-port")
+			return writeDevices(cmd.OutOrStdout(), opt)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&opt.Verbose, "verbose", "v", false, "print every device and port attribute (ibv_devinfo -v)")
+	f.StringVarP(&opt.Device, "ib-dev", "d", "", "only this device: NAME or PROVIDER/NAME (default all devices)")
+	f.IntVarP(&opt.Port, "ib-port", "i", 0, "only this port of the device(s) (default all ports)")
+	f.BoolVarP(&opt.List, "list", "l", false, "print only the device names (ibv_devinfo -l)")
+	f.BoolVar(&opt.Table, "table", false, "one row per device: provider, device, node GUID, port states (ibv_devices)")
+	// ibex devices had --device before it took ibv_devinfo's --ib-dev.
+	f.StringVar(&opt.Device, "device", "", "same as --ib-dev")
+	_ = f.MarkHidden("device")
+	return cmd
+}
+
+// writeDevices prints what opt asks for. On an error it prints nothing:
+// the whole output is built before any of it is written.
 func writeDevices(w io.Writer, opt devicesOptions) error {
 	devs := verbs.Devices()
+	if opt.List { // ibv_devinfo -l ignores every other flag
+		return writeDeviceNames(w, devs)
+	}
+	if opt.Port < 0 || opt.PortSet && opt.Port == 0 {
+		return fmt.Errorf("port %d: ports are numbered from 1 (-i PORT)", opt.Port)
+	}
 	if opt.Device != "" {
-		var found []verbs.DeviceName
-		for _, d := range devs {
-			if d.Device == opt.Device {
-				found = append(found, d)
-			}
+		d, err := findDevice(devs, opt.Device)
+		if err != nil {
+			return err
 		}
-		if len(found) == 0 {
-			return fmt.Errorf("device %q not found (devices: %s)", opt.Device, deviceList(devs))
-		}
-		devs = found
+		devs = []verbs.DeviceName{d}
 	}
-	if opt.Verbose || opt.Device != "" {
-		for i, d := range devs {
-			if i > 0 {
-				if _, err := io.WriteString(w, "\n"); err != nil {
-					return err
-				}
-			}
-			if err := writeDeviceInfo(w, d.Device); err != nil {
-				return err
-			}
-		}
-		return nil
+	if len(devs) == 0 {
+		return fmt.Errorf("no devices found; is a provider registered?")
 	}
-	return writeDeviceTable(w, devs)
+	if opt.Table {
+		return writeDeviceTable(w, devs)
+	}
+	var buf bytes.Buffer
+	for _, d := range devs {
+		if err := writeDeviceInfo(&buf, d, opt.Port, opt.Verbose); err != nil {
+			return err
+		}
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// writeDeviceNames prints ibv_devinfo -l: the count, then a name a line.
+func writeDeviceNames(w io.Writer, devs []verbs.DeviceName) error {
+	ew := &errWriter{w: w}
+	plural := "s"
+	if len(devs) == 1 {
+		plural = ""
+	}
+	ew.printf("%d HCA%s found:\n", len(devs), plural)
+	for _, d := range devs {
+		ew.printf("\t%s\n", d.Device)
+	}
+	ew.printf("\n")
+	return ew.err
+}
+
+// findDevice resolves -d: a device name, or provider/device. When it
+// names no device, the error suggests the devices it is close to (a
+// provider's name suggests that provider's devices) and lists them all.
+func findDevice(devs []verbs.DeviceName, name string) (verbs.DeviceName, error) {
+	prov, dev, qualified := strings.Cut(name, "/")
+	for _, d := range devs {
+		if d.Device == dev && d.Provider == prov || !qualified && d.Device == name {
+			return d, nil
+		}
+	}
+	if !qualified {
+		dev = name
+	}
+	// Exact matches of the device part or a provider's name first; near
+	// misses (two edits, or a prefix) only when there are none.
+	var exact, near []string
+	for _, d := range devs {
+		n := d.Device
+		if qualified {
+			n = d.Provider + "/" + d.Device
+		}
+		switch {
+		case d.Provider == dev || d.Device == dev || qualified && dev == "" && d.Provider == prov:
+			exact = append(exact, n)
+		case editDistance(d.Device, dev) <= 2 || len(dev) > 1 && strings.HasPrefix(d.Device, dev):
+			near = append(near, n)
+		}
+	}
+	if len(exact) > 0 {
+		near = exact
+	}
+	msg := fmt.Sprintf("device %q not found", name)
+	if len(near) > 0 {
+		msg += "; did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return verbs.DeviceName{}, fmt.Errorf("%s (devices: %s)", msg, deviceList(devs))
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func deviceList(devs []verbs.DeviceName) string {
@@ -52,7 +176,7 @@ func deviceList(devs []verbs.DeviceName) string {
 	}
 	names := make([]string, len(devs))
 	for i, d := range devs {
-		names[i] = d.Device
+		names[i] = d.Provider + "/" + d.Device
 	}
 	return strings.Join(names, ", ")
 }
@@ -65,7 +189,7 @@ func writeDeviceTable(w io.Writer, devs []verbs.DeviceName) error {
 	ew.printf("provider\tdevice\tnode_guid\tport state\n")
 	ew.printf("--------\t------\t---------\t----------\n")
 	for _, d := range devs {
-		c, err := verbs.Open(d.Device)
+		c, err := verbs.Open(d.Provider + "/" + d.Device)
 		if err != nil {
 			return err
 		}
@@ -90,20 +214,41 @@ func writeDeviceTable(w io.Writer, devs []verbs.DeviceName) error {
 	return tw.Flush()
 }
 
-// writeDeviceInfo opens device and prints its attributes and those of each
-// of its ports in the layout of ibv_devinfo -v.
-func writeDeviceInfo(w io.Writer, device string) error {
-	c, err := verbs.Open(device)
+// writeDeviceInfo opens d and prints its attributes and those of its
+// ports (only port onlyPort, if not 0) as ibv_devinfo does: the summary,
+// or with verbose every attribute, in ibv_devinfo -v's order, followed by
+// those only ibex has. Each port ends with an empty line, as in
+// ibv_devinfo.
+func writeDeviceInfo(w io.Writer, d verbs.DeviceName, onlyPort int, verbose bool) error {
+	c, err := verbs.Open(d.Provider + "/" + d.Device)
 	if err != nil {
 		return err
 	}
 	a := c.QueryDevice()
-	ports := make([]verbs.PortAttr, a.PhysPortCnt)
-	for i := range ports {
-		if ports[i], err = c.QueryPort(uint8(i + 1)); err != nil {
+	if onlyPort > int(a.PhysPortCnt) {
+		_ = c.Close()
+		return fmt.Errorf("port %d: device %s has ports 1..%d (-i PORT)", onlyPort, c.Name(), a.PhysPortCnt)
+	}
+	type port struct {
+		num  uint8
+		attr verbs.PortAttr
+		ctrs []verbs.PortCounter
+	}
+	var ports []port
+	for p := uint8(1); p <= a.PhysPortCnt; p++ {
+		if onlyPort != 0 && int(p) != onlyPort {
+			continue
+		}
+		pa, err := c.QueryPort(p)
+		if err != nil {
 			_ = c.Close()
 			return err
 		}
+		// Port counters (IB names where they exist) where the provider
+		// keeps them. A software device's counters live in the process
+		// that opened it: these count what this process has done with it.
+		ctrs, _ := c.PortCounters(p)
+		ports = append(ports, port{p, pa, ctrs})
 	}
 	if err := c.Close(); err != nil {
 		return err
@@ -111,55 +256,92 @@ func writeDeviceInfo(w io.Writer, device string) error {
 
 	ew := &errWriter{w: w}
 	dev := func(label string, format string, args ...any) { attrLine(ew, 1, label, fmt.Sprintf(format, args...)) }
-	port := func(label string, format string, args ...any) { attrLine(ew, 3, label, fmt.Sprintf(format, args...)) }
 	ew.printf("hca_id:\t%s\n", c.Name())
-	dev("provider", "%s", c.Provider())
 	dev("transport", "%s", formatTransport(a.Transport))
-	dev("fw_ver", "%s", a.FWVersion)
+	if a.FWVersion != "" {
+		dev("fw_ver", "%s", a.FWVersion)
+	}
 	dev("node_guid", "%s", formatGUID(a.NodeGUID))
 	dev("sys_image_guid", "%s", formatGUID(a.SysImageGUID))
 	dev("vendor_id", "0x%04x", a.VendorID)
 	dev("vendor_part_id", "%d", a.VendorPartID)
 	dev("hw_ver", "0x%X", a.HWVersion)
+	dev("board_id", "%s", a.BoardID)
 	dev("phys_port_cnt", "%d", a.PhysPortCnt)
-	dev("max_mr_size", "0x%x", a.MaxMRSize)
-	dev("page_size_cap", "0x%x", a.PageSizeCap)
-	dev("max_qp", "%d", a.MaxQP)
-	dev("max_qp_wr", "%d", a.MaxQPWR)
-	dev("max_sge", "%d", a.MaxSGE)
-	dev("max_cq", "%d", a.MaxCQ)
-	dev("max_cqe", "%d", a.MaxCQE)
-	dev("max_mr", "%d", a.MaxMR)
-	dev("max_pd", "%d", a.MaxPD)
-	dev("max_qp_rd_atom", "%d", a.MaxQPRdAtom)
-	dev("max_qp_init_rd_atom", "%d", a.MaxQPInitRdAtom)
-	dev("max_inline_data", "%d", a.MaxInlineData)
-	dev("max_msg_sz", "0x%x", a.MaxMsgSize)
-	dev("atomic_cap", "%v (%d)", a.AtomicCap, uint8(a.AtomicCap))
-	dev("ibex_caps", "%v (%#x)", a.Caps, uint32(a.Caps))
-	for i, p := range ports {
-		ew.printf("\t\tport:\t%d\n", i+1)
-		port("state", "%v (%d)", p.State, uint8(p.State))
-		port("max_mtu", "%v", p.MaxMTU)
-		port("active_mtu", "%v", p.ActiveMTU)
-		port("sm_lid", "%d", p.SMLID)
-		port("port_lid", "%d", p.LID)
-		port("gid_tbl_len", "%d", p.GIDTblLen)
-		port("link_layer", "%s", p.LinkLayer)
-		port("active_speed", "%s", p.ActiveSpeed)
-		if p.GIDTblLen > 0 {
-			port("GID[  0]", "%v", p.GID)
-		}
-		// Port counters (IB names where they exist) where the provider keeps them.
-		// A software device's counters live in the process that opened it:
-		// these count what this process has done with the device.
-		if pcs, err := c.PortCounters(uint8(i + 1)); err == nil {
-			for _, pc := range pcs {
+	if verbose {
+		dev("max_mr_size", "0x%x", a.MaxMRSize)
+		dev("page_size_cap", "0x%x", a.PageSizeCap)
+		dev("max_qp", "%d", a.MaxQP)
+		dev("max_qp_wr", "%d", a.MaxQPWR)
+		dev("max_sge", "%d", a.MaxSGE)
+		dev("max_cq", "%d", a.MaxCQ)
+		dev("max_cqe", "%d", a.MaxCQE)
+		dev("max_mr", "%d", a.MaxMR)
+		dev("max_pd", "%d", a.MaxPD)
+		dev("max_qp_rd_atom", "%d", a.MaxQPRdAtom)
+		dev("max_qp_init_rd_atom", "%d", a.MaxQPInitRdAtom)
+		dev("atomic_cap", "%v (%d)", a.AtomicCap, uint8(a.AtomicCap))
+		// ibex's own, which ibv_devinfo has no line for.
+		dev("provider", "%s", c.Provider())
+		dev("max_inline_data", "%d", a.MaxInlineData)
+		dev("ibex_caps", "%v (%#x)", a.Caps, uint32(a.Caps))
+	}
+	for _, p := range ports {
+		pa := p.attr
+		port := func(label string, format string, args ...any) { attrLine(ew, 3, label, fmt.Sprintf(format, args...)) }
+		ew.printf("\t\tport:\t%d\n", p.num)
+		port("state", "%v (%d)", pa.State, uint8(pa.State))
+		port("max_mtu", "%v", pa.MaxMTU)
+		port("active_mtu", "%v", pa.ActiveMTU)
+		port("sm_lid", "%d", pa.SMLID)
+		port("port_lid", "%d", pa.LID)
+		port("port_lmc", "0x%02x", pa.LMC)
+		port("link_layer", "%s", pa.LinkLayer)
+		if verbose {
+			port("max_msg_sz", "0x%x", pa.MaxMsgSize)
+			port("gid_tbl_len", "%d", pa.GIDTblLen)
+			port("active_width", "%sX (%d)", widthName(pa.ActiveWidth), pa.ActiveWidth)
+			port("active_speed", "%s", pa.ActiveSpeed)
+			if a.Transport == "InfiniBand" { // as ibv_devinfo: only for IB transport
+				port("phys_state", "%s (%d)", physStateName(pa.PhysState), pa.PhysState)
+			}
+			if pa.GIDTblLen > 0 {
+				port("GID[  0]", "%v", pa.GID)
+			}
+			for _, pc := range p.ctrs {
 				port(pc.Name, "%d", pc.Value)
 			}
 		}
+		ew.printf("\n")
 	}
 	return ew.err
+}
+
+// widthName is the lane count of an ibv_port_attr.active_width code.
+func widthName(w uint8) string {
+	switch w {
+	case 1:
+		return "1"
+	case 2:
+		return "4"
+	case 4:
+		return "8"
+	case 8:
+		return "12"
+	case 16:
+		return "2"
+	}
+	return "invalid width"
+}
+
+// physStateName names an ibv_port_attr.phys_state as ibv_devinfo does.
+func physStateName(s uint8) string {
+	names := [...]string{1: "SLEEP", 2: "POLLING", 3: "DISABLED", 4: "PORT_CONFIGURATION TRAINNING",
+		5: "LINK_UP", 6: "LINK_ERROR_RECOVERY", 7: "PHY TEST"}
+	if int(s) < len(names) && names[s] != "" {
+		return names[s]
+	}
+	return "invalid physical state"
 }
 
 // attrLine writes "label:" indented by indent tabs and padded with tabs so

@@ -94,6 +94,7 @@ func TestDevicesVerboseShowsQueryDevice(t *testing.T) {
 		"vendor_id":           fmt.Sprintf("0x%04x", a.VendorID),
 		"vendor_part_id":      fmt.Sprint(a.VendorPartID),
 		"hw_ver":              fmt.Sprintf("0x%X", a.HWVersion),
+		"board_id":            a.BoardID,
 		"phys_port_cnt":       fmt.Sprint(a.PhysPortCnt),
 		"max_mr_size":         fmt.Sprintf("0x%x", a.MaxMRSize),
 		"page_size_cap":       fmt.Sprintf("0x%x", a.PageSizeCap),
@@ -107,7 +108,6 @@ func TestDevicesVerboseShowsQueryDevice(t *testing.T) {
 		"max_qp_rd_atom":      fmt.Sprint(a.MaxQPRdAtom),
 		"max_qp_init_rd_atom": fmt.Sprint(a.MaxQPInitRdAtom),
 		"max_inline_data":     fmt.Sprint(a.MaxInlineData),
-		"max_msg_sz":          fmt.Sprintf("0x%x", a.MaxMsgSize),
 		"atomic_cap":          fmt.Sprintf("%v (%d)", a.AtomicCap, a.AtomicCap),
 		"ibex_caps":           fmt.Sprintf("%v (%#x)", a.Caps, uint32(a.Caps)),
 		"port":                "1",
@@ -116,6 +116,10 @@ func TestDevicesVerboseShowsQueryDevice(t *testing.T) {
 		"port1.active_mtu":    fmt.Sprintf("%d (%d)", p.ActiveMTU.Bytes(), p.ActiveMTU),
 		"port1.sm_lid":        fmt.Sprint(p.SMLID),
 		"port1.port_lid":      fmt.Sprint(p.LID),
+		"port1.port_lmc":      fmt.Sprintf("0x%02x", p.LMC),
+		"port1.max_msg_sz":    fmt.Sprintf("0x%x", p.MaxMsgSize),
+		"port1.active_width":  "1X (1)",
+		"port1.phys_state":    "LINK_UP (5)",
 		"port1.gid_tbl_len":   fmt.Sprint(p.GIDTblLen),
 		"port1.link_layer":    p.LinkLayer,
 		"port1.active_speed":  p.ActiveSpeed,
@@ -150,13 +154,15 @@ func TestDevicesVerboseShowsQueryDevice(t *testing.T) {
 	}
 }
 
-func TestDevicesDeviceFlagImpliesVerbose(t *testing.T) {
+// As ibv_devinfo -d, -d picks the device and keeps the summary: only -v
+// adds the limits.
+func TestDevicesDeviceFlagKeepsSummary(t *testing.T) {
 	out, err := run(t, "devices", "-d", "loop0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(out, "hca_id:\tloop0\n") || !strings.Contains(out, "\tmax_qp:") {
-		t.Errorf("devices -d loop0 did not print the verbose layout:\n%s", out)
+	if !strings.HasPrefix(out, "hca_id:\tloop0\n") || strings.Contains(out, "\tmax_qp:") || strings.Count(out, "hca_id:") != 1 {
+		t.Errorf("devices -d loop0 did not print loop0's summary alone:\n%s", out)
 	}
 }
 
@@ -171,7 +177,7 @@ func TestDevicesVerboseAll(t *testing.T) {
 }
 
 func TestDevicesTable(t *testing.T) {
-	out, err := run(t, "devices")
+	out, err := run(t, "devices", "--table")
 	if err != nil {
 		t.Fatal(err)
 	}

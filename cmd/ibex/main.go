@@ -77,24 +77,6 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
-func newDevicesCmd() *cobra.Command {
-	var opt devicesOptions
-	cmd := &cobra.Command{
-		Use:   "devices [-v] [-d DEVICE]",
-		Short: "List RDMA devices (like ibv_devices; -v for ibv_devinfo -v)",
-		Long: "List the devices of every registered provider: provider, device, node GUID\n" +
-			"and port state. With -v, or with -d to pick one device, print every device\n" +
-			"and port attribute in the layout of ibv_devinfo -v.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return writeDevices(cmd.OutOrStdout(), opt)
-		},
-	}
-	cmd.Flags().BoolVarP(&opt.Verbose, "verbose", "v", false, "print every device and port attribute (ibv_devinfo -v)")
-	cmd.Flags().StringVarP(&opt.Device, "device", "d", "", "only this device (implies -v)")
-	return cmd
-}
-
 func newDemoCmd() *cobra.Command {
 	opt := defaultDemoOptions()
 	cmd := &cobra.Command{
