@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // Issue 18, ibex sim: flags, topology files and output paths are checked
@@ -83,4 +89,124 @@ func TestSim18CheckedBeforeRuns(t *testing.T) {
 			t.Errorf("ibex %s: stdout %q; want nothing: the error comes before the first run", strings.Join(c.args, " "), stdout)
 		}
 	}
+}
+
+// helpExamples returns every example command line in the Example texts
+// of cmd and its subcommands: lines starting with "ibex ", joined where
+// they end in a backslash, split as a shell would (quotes, no
+// expansion).
+func helpExamples(t *testing.T, cmd *cobra.Command) [][]string {
+	t.Helper()
+	var out [][]string
+	var line string
+	for _, l := range strings.Split(cmd.Example, "\n") {
+		l = strings.TrimSpace(l)
+		if cont, ok := strings.CutSuffix(l, "\\"); ok {
+			line += cont + " "
+			continue
+		}
+		line += l
+		if strings.HasPrefix(line, "ibex ") {
+			args, err := shellSplit(line)
+			if err != nil {
+				t.Fatalf("%s's example %q: %v", cmd.CommandPath(), line, err)
+			}
+			out = append(out, args[1:])
+		}
+		line = ""
+	}
+	for _, c := range cmd.Commands() {
+		out = append(out, helpExamples(t, c)...)
+	}
+	return out
+}
+
+// shellSplit splits s into words as sh does for plain words and '...'
+// and "..." quotes (no escapes inside quotes, no expansion).
+func shellSplit(s string) ([]string, error) {
+	var words []string
+	var w strings.Builder
+	inWord := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ' ', '\t':
+			if inWord {
+				words, inWord = append(words, w.String()), false
+				w.Reset()
+			}
+		case '\'', '"':
+			j := strings.IndexByte(s[i+1:], c)
+			if j < 0 {
+				return nil, fmt.Errorf("unterminated %c at %d", c, i)
+			}
+			w.WriteString(s[i+1 : i+1+j])
+			i += j + 1
+			inWord = true
+		default:
+			w.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, w.String())
+	}
+	return words, nil
+}
+
+// TestSim18HelpExamples runs every example of every `ibex sim ... --help`
+// as written, from a directory whose examples/ is the repository's, and
+// checks that each succeeds and writes the files it names.
+func TestSim18HelpExamples(t *testing.T) {
+	examples, err := filepath.Abs("../../examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exs := helpExamples(t, newSimCmd())
+	if len(exs) < 8 {
+		t.Fatalf("found %d examples in ibex sim's help texts, want at least 8: %q", len(exs), exs)
+	}
+	for _, args := range exs {
+		name := strings.Join(args, " ")
+		t.Run(strings.Join(args[:2], "_"), func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Symlink(examples, filepath.Join(dir, "examples")); err != nil {
+				t.Fatal(err)
+			}
+			stdout, stderr, code := runMainIn(t, dir, args...)
+			if code != 0 {
+				t.Fatalf("ibex %s: exit %d, stderr %q", name, code, stderr)
+			}
+			if stdout == "" {
+				t.Errorf("ibex %s: no output", name)
+			}
+			for i, a := range args {
+				switch a {
+				case "--trace", "--plot", "--csv":
+					if st, err := os.Stat(filepath.Join(dir, args[i+1])); err != nil || st.Size() == 0 {
+						t.Errorf("ibex %s: %s %s not written: %v", name, a, args[i+1], err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// runMainIn is runMain with the child's working directory dir.
+func runMainIn(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	default:
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
 }

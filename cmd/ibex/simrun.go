@@ -98,9 +98,9 @@ func newSimRunCmd() *cobra.Command {
 			"and traffic between hosts leaves by the NIC on the receiving GPU's rail (PXN), as NCCL\n" +
 			"does on rail-optimized fabrics. Traffic inside a host goes over NVLink (a rate and a\n" +
 			"latency, no packets).",
-		Example: "  ibex sim run examples/superpod-1024gpu.yaml all_reduce -b 64M -e 64M\n" +
+		Example: "  ibex sim run examples/superpod-1024gpu.yaml all_reduce -b 64M --engine flow\n" +
 			"  ibex sim run examples/superpod-1su.yaml all_reduce --gpus 32 -b 1M -e 1G -f 4\n" +
-			"  ibex sim run examples/fattree-2tier-k64-2to1.yaml permutation -b 16M --routing ecmp --seed 3\n" +
+			"  ibex sim run examples/fattree-2tier-k64-2to1.yaml permutation --gpus 512 -b 1M --routing ecmp --seed 3\n" +
 			"  ibex sim run examples/superpod-1su.yaml --fail leaf0:32@50us --trace run.json",
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
