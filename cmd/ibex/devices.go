@@ -31,15 +31,17 @@ func newDevicesCmd() *cobra.Command {
 		Long: "Print the devices of every registered provider as ibv_devinfo prints them:\n" +
 			"by default its summary (hca_id, transport, fw_ver, node_guid, sys_image_guid,\n" +
 			"vendor_id, vendor_part_id, hw_ver, board_id, phys_port_cnt, then per port\n" +
-			"state, max_mtu, active_mtu, sm_lid, port_lid, port_lmc, link_layer), with -v\n" +
-			"every device and port attribute in ibv_devinfo -v's layout, followed by\n" +
-			"ibex's own (provider, max_inline_data, ibex_caps, port counters).\n\n" +
+			"state, max_mtu, active_mtu, sm_lid, port_lid, port_lmc, link_layer); with -v\n" +
+			"also the limits and port attributes ibex has, in ibv_devinfo -v's order and\n" +
+			"format (ibv_devinfo's lines for what ibex lacks, max_ee and the like, are\n" +
+			"left out), then ibex's own: provider, max_inline_data, ibex_caps and the\n" +
+			"port counters.\n\n" +
 			"-l prints only the names, as ibv_devinfo -l does (\"3 HCAs found:\").\n" +
 			"--table prints ibv_devices' list, device and node GUID, with two more\n" +
 			"columns: the provider and each port's state.\n\n" +
-			"-d takes a device name (udp0) or provider/device (udp/udp0), as every ibex\n" +
-			"command does; a name that is no device (-d udp) is an error that suggests\n" +
-			"the nearest devices and lists them all. -i PORT shows only that port.\n\n" +
+			"-d takes a device name (udp0) or provider/device (udp/udp0); a name that is\n" +
+			"no device (-d udp) is an error that suggests the nearest devices and lists\n" +
+			"them all. -i PORT shows only that port.\n\n" +
 			"Examples:\n" +
 			"  ibex devices\n" +
 			"  ibex devices -l\n" +
