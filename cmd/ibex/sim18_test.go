@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -209,4 +210,57 @@ func runMainIn(t *testing.T, dir string, args ...string) (stdout, stderr string,
 		t.Fatal(err)
 	}
 	return out.String(), errOut.String(), code
+}
+
+// TestSim18SeedsTiersTrace: with --seeds every row names its seed; an
+// explicit topology's header names its switch tiers (it said "0 switch
+// tiers"); a trace that drops spans says so on stderr.
+func TestSim18SeedsTiersTrace(t *testing.T) {
+	stdout, stderr, code := runMain(t, "sim", "run", explicitSmall, "all_reduce", "-b", "64K", "--seeds", "3", "--seed", "5", "--top", "0")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if !strings.Contains(stdout, "(explicit, 2 switch tiers: leaf, spine)") {
+		t.Errorf("header does not name the explicit topology's tiers:\n%s", stdout)
+	}
+	var seeds []string
+	for _, l := range strings.Split(stdout, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && !strings.HasPrefix(l, "#") {
+			seeds = append(seeds, f[len(f)-1])
+		}
+	}
+	if strings.Join(seeds, ",") != "5,6,7" {
+		t.Errorf("rows end in %q, want the seeds 5,6,7:\n%s", seeds, stdout)
+	}
+	stdout, _, _ = runMain(t, "sim", "topo", explicitSmall)
+	if !strings.Contains(stdout, "topology  explicit-small (explicit, 2 switch tiers: leaf, spine)") {
+		t.Errorf("sim topo does not name the explicit topology's tiers:\n%s", stdout)
+	}
+
+	trace := filepath.Join(t.TempDir(), "t.json")
+	_, stderr, code = runMain(t, "sim", "run", explicitSmall, "all_reduce", "-b", "1M", "--trace", trace, "--trace-limit", "10")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	var tr struct {
+		OtherData struct {
+			Dropped int64 `json:"spans_dropped"`
+		} `json:"otherData"`
+	}
+	data, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &tr); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("--trace %s: 10 step spans written, %d later ones dropped", trace, tr.OtherData.Dropped)
+	if tr.OtherData.Dropped == 0 || !strings.Contains(stderr, want) {
+		t.Errorf("trace dropped %d spans; stderr %q, want it to contain %q", tr.OtherData.Dropped, stderr, want)
+	}
+	// Under the limit nothing is said.
+	_, stderr, _ = runMain(t, "sim", "run", explicitSmall, "all_reduce", "-b", "1M", "--trace", trace)
+	if strings.Contains(stderr, "dropped") {
+		t.Errorf("stderr %q without dropped spans", stderr)
+	}
 }

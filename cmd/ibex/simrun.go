@@ -49,6 +49,7 @@ type simRunOptions struct {
 	fail        []string
 	asJSON      bool
 	trace       string
+	traceLimit  int
 	top         int
 	progress    bool
 	engine      string
@@ -74,7 +75,7 @@ func defaultSimRunOptions() simRunOptions {
 	return simRunOptions{min: "64M", factor: 2, pipeline: 1, routing: "dmodk", seed: 1, vls: d.VLs, creditUnit: d.CreditUnit,
 		slots: d.Slots, qps: d.QPsPerConn, msgOverhead: desDuration(d.MsgOverhead), nicLatency: desDuration(d.NICLatency),
 		retry: desDuration(d.RetryTimeout), top: 10, progress: true, engine: "packet", linkLayer: "ib", cc: "auto",
-		ecnPmax: d.ECNPmax, iters: 1, seeds: 1}
+		ecnPmax: d.ECNPmax, iters: 1, seeds: 1, traceLimit: 200_000}
 }
 
 // desDuration is a simulated time as a time.Duration (whole nanoseconds).
@@ -135,6 +136,7 @@ func newSimRunCmd() *cobra.Command {
 	f.StringArrayVar(&o.fail, "fail", nil, "fail a link at a simulated time: PORT@TIME (leaf0:32@50us, host3.nic1@1ms) or LINKNUMBER@TIME; repeatable")
 	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
 	f.StringVar(&o.trace, "trace", "", "write a Chrome / Perfetto trace (JSON) of the last size to this file")
+	f.IntVar(&o.traceLimit, "trace-limit", 200_000, "step spans the trace keeps; later ones are dropped (and counted on stderr)")
 	f.IntVar(&o.top, "top", d.top, "hottest links to list")
 	f.BoolVar(&o.progress, "progress", d.progress, "show a progress line on stderr for runs longer than 2 s")
 	f.StringVar(&o.engine, "engine", d.engine, "packet (every packet and credit) or flow (max-min fair rates per step; 100k GPUs in seconds)")
@@ -285,8 +287,8 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 	ew := &errWriter{w: out}
 	if !o.asJSON {
 		c := g.Counts()
-		ew.printf("# ibex sim: %s (%s, %d switch tiers): %d hosts, %d GPUs, %d switches, %v links\n",
-			c.Name, c.Kind, c.Tiers, c.Hosts, c.GPUs, c.Switches.Total, c.Capacity.Of(topo.LinkHostLeaf)/topo.Rate(max(c.Links.Of(topo.LinkHostLeaf), 1)))
+		ew.printf("# ibex sim: %s (%s): %d hosts, %d GPUs, %d switches, %v links\n",
+			c.Name, topoShape(c), c.Hosts, c.GPUs, c.Switches.Total, c.Capacity.Of(topo.LinkHostLeaf)/topo.Rate(max(c.Links.Of(topo.LinkHostLeaf), 1)))
 		if o.hier {
 			ew.printf("# hierarchical: ring reduce-scatter in each host, %s across hosts per rail, ring all-gather in each host\n", name)
 		}
@@ -319,7 +321,11 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 		if p.LinkLayer == fabric.LinkRoCE {
 			wait = "pause(us)"
 		}
-		ew.printf("# engine %s\n#\n# %12s %12s %12s %12s %12s %14s %12s %8s %8s\n", o.engine, "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/NIC", wait, ev, "wall(s)", evs)
+		ew.printf("# engine %s\n#\n# %12s %12s %12s %12s %12s %14s %12s %8s %8s", o.engine, "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/NIC", wait, ev, "wall(s)", evs)
+		if o.seeds > 1 {
+			ew.printf(" %8s", "seed")
+		}
+		ew.printf("\n")
 	}
 	var rows []simRow
 	var lastPorts []fabric.PortStat
@@ -342,7 +348,7 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 				// The same run without failures, to measure what they cost.
 				bc := cfg
 				bc.Failures = nil
-				if base, _, err = simOne(bc, o, false); err != nil {
+				if base, _, err = simOne(bc, o, false, errOut); err != nil {
 					return fmt.Errorf("sim run: %s, %d bytes, seed %d, without failures: %w", name, size, seed, err)
 				}
 				if o.failRandom > 0 {
@@ -362,7 +368,7 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 					}
 				}
 			}
-			row, ports, err := simOne(cfg, o, size*o.factor > hi && k == o.seeds-1)
+			row, ports, err := simOne(cfg, o, size*o.factor > hi && k == o.seeds-1, errOut)
 			if err != nil {
 				return fmt.Errorf("sim run: %s, %d bytes, seed %d: %w", name, size, seed, err)
 			}
@@ -401,8 +407,12 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 			rows = append(rows, row)
 			times = append(times, row.TimeUS)
 			if !o.asJSON {
-				ew.printf("  %12d %12.1f %12.2f %12.2f %12.2f %14.1f %12d %8.2f %8.2f\n", size, row.TimeUS, row.AlgBW, row.BusBW,
+				ew.printf("  %12d %12.1f %12.2f %12.2f %12.2f %14.1f %12d %8.2f %8.2f", size, row.TimeUS, row.AlgBW, row.BusBW,
 					row.BusBWPerNIC, row.WaitUS, row.Events, row.WallS, row.EventsPerS/1e6)
+				if o.seeds > 1 {
+					ew.printf(" %8d", seed)
+				}
+				ew.printf("\n")
 			}
 		}
 		if len(times) > 1 && !o.asJSON {
@@ -449,8 +459,9 @@ func peakRSS() int64 {
 }
 
 // simOne runs one size with one seed on the chosen engine. trace says
-// whether this run writes the trace file.
-func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []fabric.PortStat, error) {
+// whether this run writes the trace file; notes (spans the trace dropped)
+// go to errOut.
+func simOne(cfg packet.Config, o simRunOptions, trace bool, errOut io.Writer) (simRow, []fabric.PortStat, error) {
 	row := simRow{Engine: o.engine, Bytes: cfg.Bytes, Routing: cfg.Params.Routing.String()}
 	switch o.engine {
 	case "packet":
@@ -466,9 +477,14 @@ func simOne(cfg packet.Config, o simRunOptions, trace bool) (simRow, []fabric.Po
 			cfg.Trace = f
 		}
 		cfg.Iterations = o.iters
+		cfg.TraceLimit = o.traceLimit
 		res, err := packet.Run(cfg)
 		if err != nil {
 			return row, nil, err
+		}
+		if res.TraceDropped > 0 && errOut != nil {
+			fmt.Fprintf(errOut, "ibex sim run: --trace %s: %d step spans written, %d later ones dropped (the limit; raise it with --trace-limit)\n",
+				o.trace, res.TraceSpans, res.TraceDropped)
 		}
 		row.Name, row.Ranks = res.Name, res.Ranks
 		row.TimeUS = float64(res.Time) / float64(des.Microsecond) / float64(len(res.Iters))
@@ -654,6 +670,8 @@ func checkSimRunFlags(o simRunOptions) error {
 		return fmt.Errorf("sim run: --seeds %d: want 1 to 100000", o.seeds)
 	case o.iters < 1 || o.iters > 1<<16:
 		return fmt.Errorf("sim run: --iters %d: want 1 to %d", o.iters, 1<<16)
+	case o.trace != "" && (o.traceLimit < 1 || o.traceLimit > 1<<26):
+		return fmt.Errorf("sim run: --trace-limit %d: want 1 to %d", o.traceLimit, 1<<26)
 	case o.top < 0:
 		return fmt.Errorf("sim run: --top %d: want 0 or more", o.top)
 	case o.failRandom < 0:

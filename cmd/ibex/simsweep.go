@@ -214,7 +214,7 @@ func runSimSweep(out io.Writer, what string, o simSweepOptions) error {
 					}
 					for _, size := range sizes {
 						cfg := packet.Config{Graph: g, Params: p, Seed: seed, Schedule: sched, Name: name, Bytes: size, Channels: ro.channels}
-						row, _, err := simOne(cfg, ro, false)
+						row, _, err := simOne(cfg, ro, false, nil)
 						if err != nil {
 							return fmt.Errorf("sim sweep: %s %s %s seed %d %d bytes: %w", path, name, r, seed, size, err)
 						}

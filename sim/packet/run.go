@@ -110,6 +110,10 @@ type Result struct {
 	// Wait is the total credit-stall time over all ports.
 	Wait des.Time
 
+	// TraceSpans is the step spans written to Config.Trace, TraceDropped
+	// those left out past Config.TraceLimit.
+	TraceSpans, TraceDropped int64
+
 	// RoCE totals over all ports (PortStat's), and the packets receivers
 	// discarded out of sequence.
 	PauseTime                          des.Time
@@ -285,6 +289,9 @@ func (m *model) result(cfg Config, wall time.Duration) *Result {
 		Factor: algo.BusFactor(s.Collective, s.Ranks), Discards: m.n.discards,
 	}
 	res.Iters = m.w.iterEnd
+	if t := m.w.trace; t != nil {
+		res.TraceSpans, res.TraceDropped = int64(len(t.spans)), t.dropped
+	}
 	if m.w.end > 0 {
 		res.AlgBW = float64(cfg.Bytes) * float64(len(m.w.iterEnd)) / m.w.end.Seconds()
 		res.BusBW = res.AlgBW * res.Factor
