@@ -47,6 +47,7 @@ type session struct {
 	recvWR   []verbs.RecvWR
 	peerIbex bool
 	lastT    int64
+	inl      verbs.SendFlags // SendInline when this run's payloads go inline (-I)
 }
 
 func (s *session) close() error {
@@ -80,8 +81,10 @@ func (s *session) close() error {
 // open opens the device.
 func (s *session) open() error {
 	var err error
-	if s.vc, err = verbs.Open(s.cfg.Device); err != nil {
-		return fmt.Errorf("perf: open device %q: %w", s.cfg.Device, err)
+	if s.vc == nil {
+		if s.vc, err = openDevice(s.cfg.Device); err != nil {
+			return err
+		}
 	}
 	s.port, err = s.vc.QueryPort(1)
 	return err
@@ -112,7 +115,7 @@ func (s *session) setup(ctx context.Context, mtuBytes int) error {
 		}
 		s.mrs = append(s.mrs, mr)
 		qp, err := s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq,
-			Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: c.Inline}})
 		if err != nil {
 			return err
 		}
@@ -135,10 +138,10 @@ func (s *session) setup(ctx context.Context, mtuBytes int) error {
 	if len(s.remote) != c.QPs {
 		return fmt.Errorf("perf: the peer has %d QPs, we have %d (-q must match)", len(s.remote), c.QPs)
 	}
-	opt := verbs.ConnectOptions{Set: verbs.AttrMaxQPRdAtomic | verbs.AttrMaxDestRdAtomic,
-		Attr: verbs.QPAttr{MaxQPRdAtomic: outReads, MaxDestRdAtomic: outReads}}
+	opt := verbs.ConnectOptions{Set: verbs.AttrMaxQPRdAtomic | verbs.AttrMaxDestRdAtomic | verbs.AttrTimeout,
+		Attr: verbs.QPAttr{MaxQPRdAtomic: outReads, MaxDestRdAtomic: outReads, Timeout: uint8(c.QPTimeout)}}
 	if dev := s.vc.QueryDevice(); dev.MaxQPRdAtom < outReads || dev.MaxQPInitRdAtom < outReads {
-		opt = verbs.ConnectOptions{}
+		opt = verbs.ConnectOptions{Set: verbs.AttrTimeout, Attr: verbs.QPAttr{Timeout: uint8(c.QPTimeout)}}
 	}
 	for q, qp := range s.qps {
 		r := s.remote[q]
@@ -247,6 +250,10 @@ func (s *session) run(ctx context.Context, size int) (Result, bool, error) {
 
 func (s *session) sendWR(q, size int) verbs.SendWR {
 	mr, r := s.mrs[q], s.remote[q]
+	s.inl = 0
+	if v := s.cfg.Test.verb(); size <= s.cfg.Inline && (v == "write" || v == "send") {
+		s.inl = verbs.SendInline
+	}
 	wr := verbs.SendWR{SGL: []verbs.SGE{{Addr: mr.Addr(), Length: uint32(size), LKey: mr.LKey()}},
 		RemoteAddr: r.VAddr + uint64(s.half), RKey: r.RKey}
 	switch s.cfg.Test.verb() {
@@ -263,6 +270,9 @@ func (s *session) sendWR(q, size int) verbs.SendWR {
 		wr.RemoteAddr = r.VAddr
 		wr.SGL[0].Addr, wr.SGL[0].Length = mr.Addr()+uint64(s.half), 8
 	}
+	if s.inl != 0 {
+		wr.Inline, wr.SGL = mr.Bytes()[:size], nil
+	}
 	return wr
 }
 
@@ -271,7 +281,7 @@ func (s *session) sendWR(q, size int) verbs.SendWR {
 func (s *session) bwClient(size int) (Result, error) {
 	c := s.cfg
 	n := len(s.qps)
-	cqm := min(cqMod, c.TxDepth)
+	cqm := min(c.CQMod, c.TxDepth)
 	wrs := make([][]verbs.SendWR, n)
 	for q := range n {
 		wrs[q] = []verbs.SendWR{s.sendWR(q, size)}
@@ -296,9 +306,9 @@ func (s *session) bwClient(size int) (Result, error) {
 				}
 				posted[q]++
 				w := &wrs[q][0]
-				w.Flags, w.ID = 0, uint64(posted[q])
+				w.Flags, w.ID = s.inl, uint64(posted[q])
 				if posted[q]%cqm == 0 || (!dur && posted[q] == c.Iters) || flush {
-					w.Flags = verbs.SendSignaled
+					w.Flags = verbs.SendSignaled | s.inl
 				}
 				if err := s.qps[q].PostSend(wrs[q]); err != nil {
 					return Result{}, fmt.Errorf("perf: post: %w", err)
@@ -410,7 +420,7 @@ func (s *session) pingPong(size int) (Result, error) {
 				break
 			}
 		}
-		wr[0].Flags = verbs.SendSignaled
+		wr[0].Flags = verbs.SendSignaled | s.inl
 		if err := s.qps[0].PostSend(wr); err != nil {
 			return fmt.Errorf("perf: post: %w", err)
 		}
@@ -523,7 +533,7 @@ var errStopped = fmt.Errorf("perf: the peer ended the test")
 func (s *session) rdAtomicLat(size int) (Result, error) {
 	c := s.cfg
 	wr := []verbs.SendWR{s.sendWR(0, size)}
-	wr[0].Flags = verbs.SendSignaled
+	wr[0].Flags = verbs.SendSignaled | s.inl
 	samples := make([]int64, 0, c.Iters)
 	wd := s.newWatchdog()
 	end := nanotime() + int64(c.Duration)

@@ -5,8 +5,11 @@
 // perf/oob — its out-of-band TCP exchange, so one end may be the real
 // perftest.
 //
-// A server (no peer named) listens, serves one client after another and
-// keeps serving; a client connects, runs the test and prints the report.
+// A server (no peer named) opens its device, listens, serves one client
+// and returns, as perftest's do (Config.ServeForever: one client after
+// another); a client opens its device, connects, runs the test and prints
+// the report. Both open the device before the network, so a bad -d or a
+// device that cannot start fails at once on the side that has it.
 // Bandwidth tests drive traffic from the client; the server of
 // write/read/atomic is passive, as in perftest, and the server of send_bw
 // receives and reports too. Latency of SEND and WRITE is half a round
@@ -15,8 +18,11 @@ package perf
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ibex-rdma/ibex/verbs"
 )
 
 // Test names one benchmark.
@@ -106,6 +112,14 @@ type Config struct {
 	Gbits    bool          // --report_gbits
 	Peer     string        // the server's address: client mode; "" is server mode
 	Timeout  time.Duration // bounds connecting and every exchange; default 10 s
+	// ServeForever keeps a server serving one client after another;
+	// without it the server serves one client and returns, as
+	// ib_write_bw does.
+	ServeForever bool
+	Inline       int // -I: max inline data; WRITE and SEND payloads up to it go inline (default 0)
+	MTU          int // -m: MTU in bytes, at most the port's (default the port's)
+	QPTimeout    int // -u: local ACK timeout, 4.096 µs × 2^QPTimeout (default 14)
+	CQMod        int // -Q: one request in CQMod is signaled (default 100)
 }
 
 // Defaults perftest uses.
@@ -119,6 +133,69 @@ const (
 	cqMod          = 100
 	maxAllSize     = 8 << 20
 )
+
+// perftest's limits on -s and -n (perftest 4.5: MIN_ITER, MAX_ITER, and
+// UINT_MAX/2 for the size).
+const (
+	MaxMsgSize = 1<<31 - 1
+	MinIters   = 5
+	MaxIters   = 100000000
+)
+
+// ParseSize reads -s as perftest's parser does: strtol with base 0
+// (decimal, 0x hex, leading-0 octal) and an optional K or M suffix (binary
+// multiples). ibex also takes G: perftest 4.5 reads "1G" as 1 byte. The
+// range is perftest's, with its message.
+func ParseSize(s string) (int, error) {
+	t, mult := s, int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K', 'k':
+			mult = 1 << 10
+		case 'M', 'm':
+			mult = 1 << 20
+		case 'G', 'g':
+			mult = 1 << 30
+		}
+		if mult != 1 {
+			t = t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 0, 64)
+	if err != nil {
+		//lint:ignore ST1005 perftest's message, as its users know it
+		return 0, fmt.Errorf("Message Size argument %s should be a number with an optional K, M or G suffix", s)
+	}
+	if v < 1 || v > MaxMsgSize/mult {
+		//lint:ignore ST1005 perftest's message, as its users know it
+		return 0, fmt.Errorf("Message Size should be between 1 and %d", MaxMsgSize)
+	}
+	return int(v * mult), nil
+}
+
+// DefaultDevice is the device a run without -d opens: the first one, in
+// provider order, that reaches another process (CapSameHost or
+// CapOtherHosts: shm0 before udp0, never the in-process loop0), since the
+// other end of a perftest run is another process. Without such a device,
+// the first device.
+func DefaultDevice() (string, error) {
+	devs := verbs.Devices()
+	if len(devs) == 0 {
+		return "", fmt.Errorf("perf: no devices")
+	}
+	for _, d := range devs {
+		vc, err := verbs.Open(d.Provider + "/" + d.Device)
+		if err != nil {
+			continue
+		}
+		caps := vc.QueryDevice().Caps
+		_ = vc.Close()
+		if caps&(verbs.CapSameHost|verbs.CapOtherHosts) != 0 {
+			return d.Device, nil
+		}
+	}
+	return devs[0].Device, nil
+}
 
 // withDefaults fills the zero fields and validates the rest, naming the
 // bad flag.
@@ -159,6 +236,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Second
 	}
+	if c.QPTimeout == 0 {
+		c.QPTimeout = 14
+	}
+	if c.CQMod == 0 {
+		c.CQMod = cqMod
+	}
 	switch {
 	case c.Size < 1 || c.Size > 1<<30:
 		return c, fmt.Errorf("perf: -s %d: size must be 1 B to 1 GiB", c.Size)
@@ -170,6 +253,14 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("perf: -t %d: tx depth 1 to 8192", c.TxDepth)
 	case c.Port < 1 || c.Port > 65535:
 		return c, fmt.Errorf("perf: -p %d: not a TCP port", c.Port)
+	case c.Inline < 0 || c.Inline > 1024:
+		return c, fmt.Errorf("perf: -I %d: Max inline should be between 0 and 1024", c.Inline)
+	case c.MTU != 0 && (c.MTU < 256 || c.MTU > 4096 || c.MTU&(c.MTU-1) != 0):
+		return c, fmt.Errorf("perf: -m %d: want 256, 512, 1024, 2048 or 4096", c.MTU)
+	case c.QPTimeout < 1 || c.QPTimeout > 31:
+		return c, fmt.Errorf("perf: -u %d: QP Timeout should be between 1 and 31", c.QPTimeout)
+	case c.CQMod < 1 || c.CQMod > 1024:
+		return c, fmt.Errorf("perf: -Q %d: CQ moderation should be between 1 and 1024", c.CQMod)
 	case c.Duration < 0:
 		return c, fmt.Errorf("perf: -D %v: negative duration", c.Duration)
 	case c.Test.Latency() && c.QPs > 1:

@@ -18,6 +18,8 @@ type headerInfo struct {
 	device    string
 	qps       int
 	txDepth   int
+	cqMod     int
+	inline    int
 	mtu       int
 	linkLayer string
 	local     []oob.Dest
@@ -37,7 +39,7 @@ func writeHeader(w io.Writer, h headerInfo) {
 		fmt.Fprintf(w, " TX depth        : %d\n", h.txDepth)
 	}
 	if !h.test.Latency() {
-		fmt.Fprintf(w, " CQ Moderation   : %d\n", min(cqMod, h.txDepth))
+		fmt.Fprintf(w, " CQ Moderation   : %d\n", min(h.cqMod, h.txDepth))
 	}
 	fmt.Fprintf(w, " Mtu             : %d[B]\n", h.mtu)
 	fmt.Fprintf(w, " Link type       : %s\n", h.linkLayer)
@@ -45,7 +47,7 @@ func writeHeader(w io.Writer, h headerInfo) {
 	if h.test.verb() == "read" || h.test.verb() == "atomic" {
 		fmt.Fprintf(w, " Outstand reads  : %d\n", outReads)
 	}
-	fmt.Fprintf(w, " Max inline data : 0[B]\n")
+	fmt.Fprintf(w, " Max inline data : %d[B]\n", h.inline)
 	fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
 	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
 	fmt.Fprintln(w, rule)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ibex-rdma/ibex/perf/oob"
+	"github.com/ibex-rdma/ibex/verbs"
 )
 
 // Options say where the report goes. A nil Out prints no report (the
@@ -33,6 +34,12 @@ func Run(ctx context.Context, cfg Config, opt Options) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The device first: a bad -d or a device that cannot start (udp0's
+	// bind) fails here, before the server is contacted.
+	vc, err := openDevice(cfg.Device)
+	if err != nil {
+		return nil, err
+	}
 	addr := net.JoinHostPort(cfg.Peer, strconv.Itoa(cfg.Port))
 	// perftest's client tries once; a server that is still starting is
 	// given a few seconds.
@@ -46,20 +53,35 @@ func Run(ctx context.Context, cfg Config, opt Options) ([]Result, error) {
 		}
 	}
 	if err != nil {
+		_ = vc.Close()
 		return nil, fmt.Errorf("perf: connect to the server at %s: %w", addr, err)
 	}
 	defer conn.Close()
-	return (&session{cfg: cfg, conn: conn}).do(ctx, opt)
+	return (&session{cfg: cfg, conn: conn, vc: vc}).do(ctx, opt)
 }
 
-// Serve is the server: it accepts clients on cfg.Port one after another
-// and runs the test with each, until ctx ends. A failed client is
-// reported on opt.Err and the server goes on.
+// Serve is the server: it opens the device, prints perftest's "Waiting
+// for client to connect..." and serves one client on cfg.Port, as
+// ib_write_bw does; with cfg.ServeForever it serves one client after
+// another until ctx ends, and a failed client is reported on opt.Err
+// while the server goes on.
 func Serve(ctx context.Context, cfg Config, opt Options, report func([]Result) error) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
 	}
+	// The device first, and kept open for the first client: a bad -d or a
+	// device that cannot start (udp0's bind) fails now, not when a client
+	// comes.
+	vc, err := openDevice(cfg.Device)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if vc != nil {
+			_ = vc.Close()
+		}
+	}()
 	l, err := oob.Listen(net.JoinHostPort("", strconv.Itoa(cfg.Port)))
 	if err != nil {
 		return fmt.Errorf("perf: listen on port %d: %w", cfg.Port, err)
@@ -70,6 +92,7 @@ func Serve(ctx context.Context, cfg Config, opt Options, report func([]Result) e
 		errOut = io.Discard
 	}
 	for {
+		fmt.Fprint(opt.out(), waitBanner)
 		conn, err := l.Accept(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -77,9 +100,20 @@ func Serve(ctx context.Context, cfg Config, opt Options, report func([]Result) e
 			}
 			return fmt.Errorf("perf: accept: %w", err)
 		}
-		results, err := (&session{cfg: cfg, conn: conn, server: true}).do(ctx, opt)
+		if vc == nil {
+			if vc, err = openDevice(cfg.Device); err != nil {
+				_ = conn.Close()
+				return err
+			}
+		}
+		s := &session{cfg: cfg, conn: conn, server: true, vc: vc}
+		vc = nil // the session closes it
+		results, err := s.do(ctx, opt)
 		_ = conn.Close()
 		if err != nil {
+			if !cfg.ServeForever {
+				return fmt.Errorf("perf: client %v: %w", conn.RemoteAddr(), err)
+			}
 			fmt.Fprintf(errOut, "perf: client failed: %v\n", err)
 			continue
 		}
@@ -88,14 +122,35 @@ func Serve(ctx context.Context, cfg Config, opt Options, report func([]Result) e
 				return err
 			}
 		}
+		if !cfg.ServeForever {
+			return nil
+		}
 	}
+}
+
+// waitBanner is what perftest's servers print before they accept.
+const waitBanner = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
+
+// openDevice opens the -d device ("" is DefaultDevice).
+func openDevice(name string) (*verbs.Context, error) {
+	if name == "" {
+		var err error
+		if name, err = DefaultDevice(); err != nil {
+			return nil, err
+		}
+	}
+	vc, err := verbs.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("perf: -d %s: %w", name, err)
+	}
+	return vc, nil
 }
 
 // params are this end's part of the handshake.
 func (s *session) params(mtu int) oob.Params {
 	c := s.cfg
 	t := oob.Test{Name: c.Test.String(), Size: uint64(c.Size), AllSizes: c.All, Iters: uint64(c.Iters),
-		Duration: int(c.Duration / time.Second), QPs: c.QPs}
+		Duration: int(c.Duration / time.Second), QPs: c.QPs, Device: s.vc.Name(), Gbits: c.Gbits}
 	if c.Test.verb() == "atomic" {
 		t.AllSizes = false
 	}
@@ -114,7 +169,11 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 	if err := s.open(); err != nil {
 		return nil, err
 	}
-	local := s.params(s.port.ActiveMTU.Bytes())
+	mtu := s.port.ActiveMTU.Bytes()
+	if cfg.MTU != 0 {
+		mtu = min(mtu, cfg.MTU)
+	}
+	local := s.params(mtu)
 	hctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	remote, err := s.conn.Handshake(hctx, local)
 	cancel()
@@ -122,12 +181,13 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 		return nil, fmt.Errorf("perf: handshake with %v: %w", s.conn.RemoteAddr(), err)
 	}
 	s.peerIbex = remote.Ibex
-	mtu := oob.Negotiate(local, remote).MTU
+	peerGbits := remote.Ibex && remote.Test.Gbits
+	mtu = oob.Negotiate(local, remote).MTU
 	if err := s.setup(ctx, mtu); err != nil {
 		return nil, err
 	}
 	w := opt.out()
-	writeHeader(w, headerInfo{test: cfg.Test, device: s.vc.Name(), qps: cfg.QPs, txDepth: cfg.TxDepth,
+	writeHeader(w, headerInfo{test: cfg.Test, device: s.vc.Name(), qps: cfg.QPs, txDepth: cfg.TxDepth, cqMod: cfg.CQMod, inline: cfg.Inline,
 		mtu: mtu, linkLayer: s.port.LinkLayer, local: s.local, remote: s.remote})
 	printed := false
 	print := func(r Result) {
@@ -190,8 +250,14 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 	if s.server && !printed && !cfg.Test.Latency() && rep.Size > 0 {
 		// A passive bandwidth server prints the client's report, as
 		// perftest's does.
+		// perftest's server prints the client's figures as they come,
+		// in the client's unit under its own header; an ibex client says
+		// its unit, and the figures are converted to this end's.
 		r := Result{Test: cfg.Test.String(), Bytes: int(rep.Size), Iters: int(rep.Iters), BWPeak: rep.BWPeak,
 			BWAvg: rep.BWAvg, MsgRate: rep.MsgRateAvg, Unit: unit(cfg.Gbits)}
+		if conv := bwConversion(peerGbits, cfg.Gbits); conv != 1 {
+			r.BWPeak, r.BWAvg = r.BWPeak*conv, r.BWAvg*conv
+		}
 		if passive && len(cfg.sizes()) == 1 {
 			r.setCPU(use)
 		}
@@ -202,6 +268,18 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 		writeCPU(w, r)
 	}
 	return results, nil
+}
+
+// bwConversion is the factor from the peer's bandwidth unit to ours.
+func bwConversion(peerGbits, gbits bool) float64 {
+	const gbPerMiB = float64(1<<20) * 8 / 1e9 // 1 MiB/s in Gb/s
+	switch {
+	case peerGbits && !gbits:
+		return 1 / gbPerMiB
+	case !peerGbits && gbits:
+		return gbPerMiB
+	}
+	return 1
 }
 
 func unit(gbits bool) string {

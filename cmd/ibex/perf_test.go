@@ -236,7 +236,7 @@ func TestPerfAllTests(t *testing.T) {
 // and a size sweep (-a) and JSON work.
 func TestPerfServerKeepsServing(t *testing.T) {
 	port := strconv.Itoa(freePort(t))
-	srv := startServer(t, nil, "write_bw", "-d", "shm0", "-p", port, "-n", "100")
+	srv := startServer(t, nil, "write_bw", "-d", "shm0", "-p", port, "-n", "100", "--serve-forever")
 	for i := range 3 {
 		out, err := runClient(t, nil, "write_bw", "-d", "shm0", "-p", port, "-n", "100", "localhost")
 		if err != nil {
@@ -267,7 +267,7 @@ func TestPerfErrors(t *testing.T) {
 	}
 	t.Logf("refused after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(out))
 
-	srv := startServer(t, nil, "write_bw", "-d", "shm0", "-p", port)
+	srv := startServer(t, nil, "write_bw", "-d", "shm0", "-p", port, "--serve-forever")
 	out, err = runClient(t, nil, "read_bw", "-d", "shm0", "-p", port, "127.0.0.1")
 	if err == nil || !strings.Contains(out, "write_bw") || !strings.Contains(out, "read_bw") {
 		t.Fatalf("mismatched test: err %v, output %q\nserver: %s", err, out, srv.out.String())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Version is the perftest protocol version this package speaks: the VERSION
@@ -59,6 +60,14 @@ type Test struct {
 	Duration int    // -D seconds; 0 means iterations
 	QPs      int    // -q; 0 means len(dests) of ExchangeDests
 	Duplex   bool   // -b: bidirectional
+	// Device is the device's name (udp0, shm0; at most 15 bytes, "" if
+	// unknown). Two ends whose devices are of different kinds (the name
+	// without its number) cannot reach each other.
+	Device string
+	// Gbits (--report_gbits): the bandwidth figures of this end's Report
+	// are Gb/s, not MiB/s, so a passive server can print them in its own
+	// unit. Not a mismatch.
+	Gbits bool
 }
 
 // Params are what perftest 4.5 exchanges before the QPs' data, in its order:
@@ -257,6 +266,7 @@ const (
 	flagAllSizes = 1 << iota
 	flagDuplex
 	flagNoGID
+	flagGbits
 )
 
 func encodeTest(t Test, noGID bool) []byte {
@@ -277,14 +287,22 @@ func encodeTest(t Test, noGID bool) []byte {
 	if noGID {
 		f |= flagNoGID
 	}
+	if t.Gbits {
+		f |= flagGbits
+	}
 	b[48] = f
+	copy(b[49:64], t.Device)
 	return b
 }
 
 func parseTest(b []byte) (t Test, noGID bool, err error) {
+	if len(b) != testMsgSize {
+		return Test{}, false, wrapf(ErrProtocol, "ibex test message of %d bytes, want %d", len(b), testMsgSize)
+	}
 	name, ok1 := cstring(b[0:16])
 	conn, ok2 := cstring(b[16:24])
-	if !ok1 || !ok2 || len(b) != testMsgSize {
+	dev, ok3 := cstring(b[49:64])
+	if !ok1 || !ok2 || !ok3 {
 		return Test{}, false, wrapf(ErrProtocol, "ibex test message %s is malformed", quote(b))
 	}
 	t = Test{
@@ -296,6 +314,8 @@ func parseTest(b []byte) (t Test, noGID bool, err error) {
 		QPs:      int(int32(binary.BigEndian.Uint32(b[44:]))),
 		AllSizes: b[48]&flagAllSizes != 0,
 		Duplex:   b[48]&flagDuplex != 0,
+		Device:   dev,
+		Gbits:    b[48]&flagGbits != 0,
 	}
 	return t, b[48]&flagNoGID != 0, nil
 }
@@ -317,6 +337,10 @@ func cstring(b []byte) (string, bool) {
 // compareTests lists the differences that make a test pair meaningless.
 func compareTests(local, remote Test, localNoGID, remoteNoGID bool) []string {
 	var d []string
+	if local.Device != "" && remote.Device != "" && deviceKind(local.Device) != deviceKind(remote.Device) {
+		// Nothing else matters: the QPs cannot reach each other.
+		return []string{fmt.Sprintf("the two ends use different devices (%s / %s)", local.Device, remote.Device)}
+	}
 	diff := func(what string, l, r any) {
 		if l != r {
 			d = append(d, fmt.Sprintf("%s: we %v, peer %v", what, l, r))
@@ -336,4 +360,10 @@ func compareTests(local, remote Test, localNoGID, remoteNoGID bool) []string {
 	diff("bidirectional (-b)", local.Duplex, remote.Duplex)
 	diff("GID in dests (gid_index -1)", localNoGID, remoteNoGID)
 	return d
+}
+
+// deviceKind is a device name without its trailing number: udp0 and udp1
+// are one kind and reach each other; udp0 and shm0 do not.
+func deviceKind(name string) string {
+	return strings.TrimRight(name, "0123456789")
 }
