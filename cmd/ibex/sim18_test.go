@@ -5,13 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/packet"
 )
 
 // Issue 18, ibex sim: flags, topology files and output paths are checked
@@ -262,5 +268,94 @@ func TestSim18SeedsTiersTrace(t *testing.T) {
 	_, stderr, _ = runMain(t, "sim", "run", explicitSmall, "all_reduce", "-b", "1M", "--trace", trace)
 	if strings.Contains(stderr, "dropped") {
 		t.Errorf("stderr %q without dropped spans", stderr)
+	}
+}
+
+// TestSim18ProgressPlain: with stderr not a terminal (a pipe), a
+// packet-level run's progress is plain lines: one from the start (below
+// 100%), one at 100% at the end, no \r and no escape sequence.
+func TestSim18ProgressPlain(t *testing.T) {
+	_, stderr, code := runMain(t, "sim", "run", explicitSmall, "all_reduce", "-b", "64M")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if strings.ContainsAny(stderr, "\r\x1b") {
+		t.Errorf("stderr has \\r or escape frames though it is a pipe: %q", stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	if len(lines) < 2 || strings.Contains(lines[0], "100.0%") || !strings.Contains(lines[0], "events, simulated") ||
+		!strings.Contains(lines[0], " left") || !strings.Contains(lines[len(lines)-1], "ring all_reduce 64M seed 1: 100.0%") {
+		t.Errorf("stderr %q: want a line below 100%% with events, simulated time and time left, then one at 100%%", stderr)
+	}
+	// --progress=false: nothing.
+	if _, stderr, _ := runMain(t, "sim", "run", explicitSmall, "all_reduce", "-b", "64M", "--progress=false"); stderr != "" {
+		t.Errorf("--progress=false: stderr %q", stderr)
+	}
+}
+
+// TestSim18ProgressTerminal: with stderr a terminal (a pty with a window
+// size), the progress is mpb's bar, and it ends at 100%. (The run is
+// shorter than mpb's refresh, so the bar is drawn once.)
+func TestSim18ProgressTerminal(t *testing.T) {
+	ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	defer ptm.Close()
+	if err := unix.IoctlSetPointerInt(int(ptm.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.IoctlSetWinsize(int(ptm.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 24, Col: 160}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(ptm.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join([]string{"sim", "run", explicitSmall, "all_reduce", "-b", "64M"}, "\n"))
+	cmd.Stderr = pts
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pts.Close()
+	got := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(ptm) // EIO once the child has exited and the slave is closed
+		got <- b
+	}()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	select {
+	case out = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pty never closed")
+	}
+	s := string(out)
+	if !strings.Contains(s, "ring all_reduce 64M seed 1") || !strings.Contains(s, "100 %") || !strings.Contains(s, "events, simulated") {
+		t.Errorf("terminal output %q: want mpb's bar with the run's name, events and simulated time, ending at 100 %%", s)
+	}
+	if strings.Contains(s, "100.0%") {
+		t.Errorf("terminal output %q: the plain lines for pipes, not the bar", s)
+	}
+}
+
+// TestSim18ProgressHint: the estimate of time left suggests the flow
+// engine when it is long, and not when it is short.
+func TestSim18ProgressHint(t *testing.T) {
+	s := &simProgress{}
+	p := packet.Progress{Done: 1, Total: 100, Now: des.Millisecond, Events: 1e6}
+	if line := s.status(p, 10*time.Second); !strings.Contains(line, "--engine flow") || !strings.Contains(line, "of ~100.000ms") || !strings.Contains(line, "of ~100M events") {
+		t.Errorf("1%% after 10 s: %q, want ~100M events, ~100ms and the --engine flow hint", line)
+	}
+	p.Done = 50
+	if line := s.status(p, 10*time.Second); strings.Contains(line, "--engine flow") || !strings.Contains(line, "10s left") {
+		t.Errorf("50%% after 10 s: %q, want 10s left and no hint", line)
 	}
 }

@@ -12,10 +12,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	"golang.org/x/sys/unix"
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/internal/units"
@@ -138,7 +142,7 @@ func newSimRunCmd() *cobra.Command {
 	f.StringVar(&o.trace, "trace", "", "write a Chrome / Perfetto trace (JSON) of the last size to this file")
 	f.IntVar(&o.traceLimit, "trace-limit", 200_000, "step spans the trace keeps; later ones are dropped (and counted on stderr)")
 	f.IntVar(&o.top, "top", d.top, "hottest links to list")
-	f.BoolVar(&o.progress, "progress", d.progress, "show a progress line on stderr for runs longer than 2 s")
+	f.BoolVar(&o.progress, "progress", d.progress, "show packet-level runs' progress on stderr: a bar on a terminal, otherwise a line every 10 s and one at the end")
 	f.StringVar(&o.engine, "engine", d.engine, "packet (every packet and credit) or flow (max-min fair rates per step; 100k GPUs in seconds)")
 	f.BoolVar(&o.hier, "hier", false, "all_reduce as NCCL does across nodes: ring reduce-scatter in each host, --algo (ring or tree) per rail across hosts, ring all-gather in each host (flow engine)")
 	f.StringVar(&o.linkLayer, "link-layer", d.linkLayer, "ib (InfiniBand: credit flow control per VL) or roce (RoCEv2: Ethernet framing, PFC, ECN)")
@@ -340,9 +344,6 @@ func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error 
 			}
 			cfg := packet.Config{Graph: g, Params: p, Seed: seed, Schedule: sched, Name: name, Bytes: size,
 				Channels: o.channels, LocalNIC: o.localNIC, Failures: fails, GPUs: on}
-			if o.progress {
-				cfg.Progress = errOut
-			}
 			var base simRow
 			if compare {
 				// The same run without failures, to measure what they cost.
@@ -478,7 +479,15 @@ func simOne(cfg packet.Config, o simRunOptions, trace bool, errOut io.Writer) (s
 		}
 		cfg.Iterations = o.iters
 		cfg.TraceLimit = o.traceLimit
+		var pr *simProgress
+		if o.progress && errOut != nil {
+			pr = newSimProgress(errOut, fmt.Sprintf("%s %s seed %d", cfg.Name, units.FormatBytes(cfg.Bytes), cfg.Seed))
+			cfg.OnProgress = pr.report
+		}
 		res, err := packet.Run(cfg)
+		if pr != nil {
+			pr.finish(err == nil)
+		}
 		if err != nil {
 			return row, nil, err
 		}
@@ -805,4 +814,122 @@ func parseFailures(g *topo.Graph, specs []string) ([]fabric.Failure, error) {
 		out = append(out, fabric.Failure{At: des.Time(d.Nanoseconds()) * des.Nanosecond, Link: l})
 	}
 	return out, nil
+}
+
+// simProgress shows how far a packet-level run is on stderr: on a
+// terminal an mpb bar (bytes handed to NICs and NVLink against the run's
+// total, events and simulated time against their estimated end, time
+// left, and the hint --engine flow when that is long), elsewhere a plain
+// line now and then (never a \r or cursor frame), and in both a last
+// line at 100% when the run ends.
+type simProgress struct {
+	w      io.Writer
+	tty    bool
+	label  string
+	start  time.Time
+	every  time.Duration // between plain lines
+	nextAt time.Time
+
+	p   *mpb.Progress
+	bar *mpb.Bar
+	mu  sync.Mutex // last, read by the bar's decorator on mpb's goroutine
+	// last is the latest report.
+	last packet.Progress
+}
+
+// longRun is the estimate of time left above which the progress line
+// suggests the flow engine.
+const longRun = time.Minute
+
+func newSimProgress(w io.Writer, label string) *simProgress {
+	return &simProgress{w: w, tty: isTerminal(w), label: label, start: time.Now(), every: 10 * time.Second}
+}
+
+// isTerminal says whether w is a terminal with a window size (mpb draws
+// nothing on one without).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err != nil {
+		return false
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	return err == nil && ws.Col > 0
+}
+
+// status is the line's text after the bar: events and simulated time
+// against their estimated end (at the bytes' rate so far), and the wall
+// time left.
+func (s *simProgress) status(p packet.Progress, elapsed time.Duration) string {
+	frac := float64(p.Done) / float64(max(p.Total, 1))
+	if p.End {
+		return fmt.Sprintf("%d events, simulated %v, %.1fs", p.Events, p.Now, elapsed.Seconds())
+	}
+	if frac <= 0 {
+		return fmt.Sprintf("%d events, simulated %v, %.0fs", p.Events, p.Now, elapsed.Seconds())
+	}
+	left := time.Duration(float64(elapsed) * (1 - frac) / frac).Round(time.Second)
+	line := fmt.Sprintf("%.3gM of ~%.3gM events, simulated %v of ~%v, %v left", float64(p.Events)/1e6, float64(p.Events)/frac/1e6,
+		p.Now, des.Time(float64(p.Now)/frac), left)
+	if left > longRun {
+		line += " (--engine flow runs this at flow level in seconds)"
+	}
+	return line
+}
+
+// report is packet.Config.OnProgress.
+func (s *simProgress) report(p packet.Progress) {
+	if p.Total <= 0 {
+		return
+	}
+	s.mu.Lock()
+	s.last = p
+	s.mu.Unlock()
+	now := time.Now()
+	if !s.tty {
+		// Plain lines: the first once the run has got going (a run of
+		// fewer than 65,536 events prints none), then every s.every, and
+		// the last at the end if any was printed.
+		switch {
+		case p.End && !s.nextAt.IsZero():
+		case p.End, p.Events == 0, now.Before(s.nextAt):
+			return
+		}
+		s.nextAt = now.Add(s.every)
+		fmt.Fprintf(s.w, "%s: %5.1f%%  %s\n", s.label, 100*float64(p.Done)/float64(p.Total), s.status(p, now.Sub(s.start)))
+		return
+	}
+	if s.bar == nil {
+		if p.End || p.Events == 0 {
+			return
+		}
+		s.p = mpb.New(mpb.WithOutput(s.w), mpb.WithWidth(100), mpb.WithRefreshRate(250*time.Millisecond))
+		s.bar = s.p.AddBar(p.Total,
+			mpb.PrependDecorators(decor.Name(s.label+" "), decor.Percentage(decor.WCSyncSpace)),
+			mpb.AppendDecorators(decor.Any(func(decor.Statistics) string {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return s.status(s.last, time.Since(s.start))
+			})))
+	}
+	s.bar.SetCurrent(p.Done)
+	if p.End {
+		s.finish(p.Done == p.Total)
+	}
+}
+
+// finish ends the bar: complete at 100% (ok), or aborted where it was.
+func (s *simProgress) finish(ok bool) {
+	if s.bar == nil {
+		return
+	}
+	if ok {
+		s.bar.SetCurrent(s.last.Total)
+	} else {
+		s.bar.Abort(false)
+	}
+	s.p.Wait()
+	s.bar, s.p = nil, nil
 }

@@ -74,9 +74,20 @@ type Config struct {
 	Trace         io.Writer
 	TraceLimit    int
 	TraceInterval des.Time
-	// Progress, if set, receives a progress line about every second once a
-	// run has taken more than two.
-	Progress io.Writer
+	// OnProgress, if set, is called with how far the run is: as it starts,
+	// about every 65,536 events, and when it has ended (Done == Total then,
+	// unless it failed). It runs on the simulation's goroutine.
+	OnProgress func(Progress)
+}
+
+// Progress is how far a run is: Done of Total payload bytes handed to NICs
+// or NVLink (resends not counted), the simulated time and the events
+// handled so far. End is set on the last call.
+type Progress struct {
+	Done, Total int64
+	Now         des.Time
+	Events      uint64
+	End         bool
 }
 
 // Result is what a run measured.
@@ -234,24 +245,27 @@ func build(cfg Config) (*model, error) {
 
 // run starts every rank and handles events until all are done.
 func (m *model) run(wall time.Time) error {
+	report := m.cfg.OnProgress
+	status := func(end bool) Progress {
+		return Progress{Done: min(m.w.cutBytes, m.w.totalBytes), Total: m.w.totalBytes, Now: m.sim.Now(), Events: m.sim.Events(), End: end}
+	}
 	m.w.start()
-	var pr *progress
-	if m.cfg.Progress != nil {
-		pr = &progress{w: m.cfg.Progress, start: wall, next: wall.Add(2 * time.Second)}
+	if report != nil {
+		report(status(false))
 	}
 	k := 0
 	stop := func() bool {
 		if m.n.err != nil {
 			return true
 		}
-		if k++; k&0xffff == 0 && pr != nil {
-			pr.tick(m)
+		if k++; k&0xffff == 0 && report != nil {
+			report(status(false))
 		}
 		return false
 	}
 	m.sim.Run(m.n, 0, stop)
-	if pr != nil {
-		pr.finish(m)
+	if report != nil {
+		report(status(true))
 	}
 	if m.n.err != nil {
 		return m.n.err

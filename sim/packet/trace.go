@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"time"
 
 	"github.com/ibex-rdma/ibex/sim/des"
 	"github.com/ibex-rdma/ibex/sim/topo"
@@ -143,39 +142,4 @@ func (t *tracer) write(out io.Writer, m *model) error {
 	}
 	w.WriteString("\n]}\n")
 	return w.Flush()
-}
-
-// progress prints a line about every second to a terminal or log.
-type progress struct {
-	w       io.Writer
-	start   time.Time
-	next    time.Time
-	printed bool
-}
-
-func (p *progress) tick(m *model) {
-	now := time.Now()
-	if now.Before(p.next) {
-		return
-	}
-	p.next = now.Add(time.Second)
-	p.printed = true
-	frac := float64(m.w.stepsRun) / float64(max(m.w.total, 1))
-	const width = 30
-	bar := make([]byte, width)
-	for i := range bar {
-		bar[i] = ' '
-		if float64(i) < frac*width {
-			bar[i] = '='
-		}
-	}
-	el := now.Sub(p.start).Seconds()
-	fmt.Fprintf(p.w, "\r[%s] %5.1f%%  simulated %v  %d events  %.2fM events/s  %.0fs",
-		bar, 100*frac, m.sim.Now(), m.sim.Events(), float64(m.sim.Events())/el/1e6, el)
-}
-
-func (p *progress) finish(m *model) {
-	if p.printed {
-		fmt.Fprintln(p.w)
-	}
 }

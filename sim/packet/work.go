@@ -39,6 +39,9 @@ type work struct {
 	iterEnd  []des.Time // per iteration: when its last proc finished it
 	stepsRun int64
 	total    int64 // steps of all procs
+	// Bytes cut into messages so far (to NICs or NVLink), and of the whole
+	// run: how far it is (Config.OnProgress).
+	cutBytes, totalBytes int64
 
 	trace    *tracer
 	nvChunks int64
@@ -144,6 +147,15 @@ func newWork(n *Net, s *algo.Schedule, bytes int64, esize, nch int, pl *place.Pl
 	}
 	w.pairs = len(pairFrom)
 	w.off = place.SlotOffsets(s, bytes, esize, nch)
+	for r := range s.Ranks {
+		for _, cs := range w.steps[r] {
+			for k := range cs.ns {
+				for c := range nch {
+					w.totalBytes += w.bytesOf(int32(c), &w.xfers[r][cs.first+k]) * int64(iters)
+				}
+			}
+		}
+	}
 	// Procs.
 	w.procs = make([]proc, nch*s.Ranks)
 	for c := range nch {
@@ -333,6 +345,7 @@ func (w *work) pump(ci int32) {
 		s := &c.sends[c.cut]
 		b := min(int64(w.p.Chunk), s.left)
 		s.left -= b
+		w.cutBytes += b
 		ch := &w.chunks[k]
 		ch.state, ch.seq, ch.bytes, ch.unarrived = chunkSent, c.sendBase+int32(c.cut-c.sh), int32(b), int32(b)
 		if c.intra {
