@@ -2,8 +2,11 @@ package coll
 
 import (
 	"bytes"
+	"context"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/coll/reduce"
@@ -134,5 +137,79 @@ func TestInType(t *testing.T) {
 		if got := inType(c.dt, c.v); got != c.want {
 			t.Errorf("inType(%v, %v) = %v, want %v", c.dt, c.v, got, c.want)
 		}
+	}
+}
+
+// benchPair runs Bench with cfg on two ranks of this process (shm0) and
+// returns each rank's rows and error.
+func benchPair(t *testing.T, cfg BenchConfig) ([2][]BenchRow, [2]error) {
+	t.Helper()
+	id, err := NewUniqueID(freeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var rows [2][]BenchRow
+	var errs [2]error
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := NewComm(ctx, id, r, 2, Options{})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = c.Bench(ctx, cfg, func(row BenchRow) { rows[r] = append(rows[r], row) })
+			if errs[r] != nil {
+				c.Abort()
+			}
+			_ = c.Close()
+		}()
+	}
+	wg.Wait()
+	return rows, errs
+}
+
+// TestBenchGathered: the reported time is the ranks' times reduced as
+// -a says, so both ranks hold the same rows (each used to report its own
+// time); -m runs AggIters calls per timed iteration.
+func TestBenchGathered(t *testing.T) {
+	for _, avg := range []BenchAverage{AverageMean, AverageMax} {
+		rows, errs := benchPair(t, BenchConfig{Collective: algo.AllReduce, MinBytes: 8, MaxBytes: 512, Factor: 8, Iters: 3, Warmup: 1,
+			Check: true, DType: reduce.Float32, Op: reduce.Sum, AggIters: 2, Average: avg})
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatal(errs)
+		}
+		if len(rows[0]) != 3 || len(rows[1]) != 3 {
+			t.Fatalf("rows: %v", rows)
+		}
+		for i := range rows[0] {
+			if rows[0][i] != rows[1][i] {
+				t.Errorf("-a %v: size %d: rank 0 has %+v, rank 1 %+v", avg, rows[0][i].Size, rows[0][i], rows[1][i])
+			}
+		}
+	}
+}
+
+// TestBenchTimeout: a size that takes longer than Timeout (-T) fails the
+// run on every rank, and the rank whose deadline passed first names the
+// size and the timeout (the other may hear of the abort before its own
+// deadline).
+func TestBenchTimeout(t *testing.T) {
+	_, errs := benchPair(t, BenchConfig{Collective: algo.AllReduce, MinBytes: 1 << 20, MaxBytes: 1 << 20, Factor: 2, Iters: 1000,
+		DType: reduce.Float32, Op: reduce.Sum, Timeout: time.Millisecond})
+	named := false
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d: no error", r)
+			continue
+		}
+		named = named || strings.Contains(err.Error(), "of 1048576 bytes: test timeout (-T 1ms)")
+	}
+	if !named {
+		t.Errorf("no rank names the timeout: %v", errs)
 	}
 }
