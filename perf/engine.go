@@ -232,7 +232,8 @@ func wcErr(s *session, wc verbs.WC) error {
 func (s *session) run(ctx context.Context, size int) (Result, bool, error) {
 	c := s.cfg
 	switch {
-	case !s.server && !c.Test.Latency():
+	case !c.Test.Latency() && (!s.server || c.Duplex):
+		// The client; with -b both ends.
 		r, err := s.bwClient(size)
 		return r, err == nil, err
 	case s.server && c.Test == SendBW:

@@ -120,6 +120,12 @@ type Config struct {
 	MTU          int // -m: MTU in bytes, at most the port's (default the port's)
 	QPTimeout    int // -u: local ACK timeout, 4.096 µs × 2^QPTimeout (default 14)
 	CQMod        int // -Q: one request in CQMod is signaled (default 100)
+	// Duplex (-b): both ends post and each reports the sum of both
+	// directions; bandwidth tests but send_bw. Both ends must set it.
+	Duplex bool
+	// ReportBoth (--report-both): with Duplex, also print this end's and
+	// the peer's results separately.
+	ReportBoth bool
 }
 
 // Defaults perftest uses.
@@ -263,6 +269,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("perf: -Q %d: CQ moderation should be between 1 and 1024", c.CQMod)
 	case c.Duration < 0:
 		return c, fmt.Errorf("perf: -D %v: negative duration", c.Duration)
+	case c.Duplex && c.Test.Latency():
+		return c, fmt.Errorf("perf: -b: Bidirectional is only available in BW test")
+	case c.Duplex && c.Test == SendBW:
+		return c, fmt.Errorf("perf: -b: bidirectional send_bw is not supported yet (write_bw, read_bw and atomic_bw are)")
 	case c.Test.Latency() && c.QPs > 1:
 		return c, fmt.Errorf("perf: -q %d: latency tests use one QP, as perftest", c.QPs)
 	}

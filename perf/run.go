@@ -150,7 +150,7 @@ func openDevice(name string) (*verbs.Context, error) {
 func (s *session) params(mtu int) oob.Params {
 	c := s.cfg
 	t := oob.Test{Name: c.Test.String(), Size: uint64(c.Size), AllSizes: c.All, Iters: uint64(c.Iters),
-		Duration: int(c.Duration / time.Second), QPs: c.QPs, Device: s.vc.Name(), Gbits: c.Gbits}
+		Duration: int(c.Duration / time.Second), QPs: c.QPs, Device: s.vc.Name(), Gbits: c.Gbits, Duplex: c.Duplex}
 	if c.Test.verb() == "atomic" {
 		t.AllSizes = false
 	}
@@ -199,6 +199,7 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 		results = append(results, r)
 	}
 	var last oob.Report
+	var both [][2]Result // -b: this end's and the peer's report of each size
 	// A passive bandwidth server (write_bw, read_bw, atomic_bw) works
 	// only through its provider while the client runs, which happens while
 	// it waits in the exchanges below: its CPU span is the whole sweep,
@@ -222,8 +223,10 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 			if !cfg.Test.Latency() {
 				r.setCPU(use)
 			}
-			print(r)
 			last = oob.Report{Size: uint64(r.Bytes), Iters: uint64(r.Iters), BWPeak: r.BWPeak, BWAvg: r.BWAvg, MsgRateAvg: r.MsgRate}
+			if !cfg.Duplex {
+				print(r)
+			}
 		}
 		// A passive server waits here while the client runs: no deadline
 		// but the client's (its death closes the socket).
@@ -231,10 +234,24 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 		if !s.server {
 			ectx, cancel = s.deadline(ctx)
 		}
-		_, _, err = s.conn.EndRun(ectx, last)
+		rem, exchanged, err := s.conn.EndRun(ectx, last)
 		cancel()
 		if err != nil {
 			return results, fmt.Errorf("perf: after size %d: %w", size, err)
+		}
+		if ok && cfg.Duplex {
+			// -b: each end prints the sum of both directions, as
+			// perftest's print_full_bw_report(my, rem).
+			if !exchanged {
+				return results, fmt.Errorf("perf: after size %d: no report from the peer of a bidirectional test", size)
+			}
+			conv := bwConversion(peerGbits, cfg.Gbits)
+			peer := Result{Test: r.Test, Bytes: int(rem.Size), Iters: int(rem.Iters), BWPeak: rem.BWPeak * conv,
+				BWAvg: rem.BWAvg * conv, MsgRate: rem.MsgRateAvg, Unit: r.Unit}
+			local := r
+			r.BWPeak, r.BWAvg, r.MsgRate = r.BWPeak+peer.BWPeak, r.BWAvg+peer.BWAvg, r.MsgRate+peer.MsgRate
+			print(r)
+			both = append(both, [2]Result{local, peer})
 		}
 	}
 	fctx, cancel := ctx, context.CancelFunc(func() {})
@@ -264,6 +281,16 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 		print(r)
 	}
 	fmt.Fprintln(w, rule)
+	if cfg.ReportBoth && len(both) == 1 {
+		// perftest's --report-both (regular runs, not -a).
+		for i, title := range []string{"Local", "Remote"} {
+			fmt.Fprintf(w, "\n %s results: \n", title)
+			fmt.Fprintln(w, rule)
+			writeColumns(w, cfg.Test, cfg.Gbits)
+			writeResult(w, cfg.Test, both[0][i])
+			fmt.Fprintln(w, rule)
+		}
+	}
 	for _, r := range results {
 		writeCPU(w, r)
 	}

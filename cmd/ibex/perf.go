@@ -30,7 +30,6 @@ func newPerfCmd() *cobra.Command {
 		gidIndex int
 		ibPort   int
 		connType string
-		bidir    bool
 		postList int
 		cpuFreq  bool
 		cpuUtil  bool
@@ -88,10 +87,6 @@ func newPerfCmd() *cobra.Command {
 			switch {
 			case duration < 0:
 				return fmt.Errorf("perf: -D %d: Duration period must be positive", duration)
-			case bidir && t.Latency():
-				return fmt.Errorf("perf: -b: Bidirectional is only available in BW test")
-			case bidir:
-				return fmt.Errorf("perf: -b: bidirectional bandwidth is not supported yet (both ends would post and report; ibex perf drives traffic from the client only)")
 			case gidIndex != 0:
 				return fmt.Errorf("perf: -x %d: ibex devices have one GID, index 0 (the only valid -x)", gidIndex)
 			case ibPort != 1:
@@ -182,8 +177,8 @@ func newPerfCmd() *cobra.Command {
 
 	// perftest's other flags, spelled as in its usage text.
 	f.BoolVarP(&version, "version", "V", false, "print perftest's protocol version this speaks and exit")
-	f.BoolVarP(&bidir, "bidirectional", "b", false, "bidirectional bandwidth (not supported yet: rejected)")
-	f.BoolVar(new(bool), "report-both", false, "report RX and TX separately on bidirectional tests (accepted; no effect without -b)")
+	f.BoolVarP(&cfg.Duplex, "bidirectional", "b", false, "both ends post; each reports the sum (write_bw, read_bw, atomic_bw; on both ends)")
+	f.BoolVar(&cfg.ReportBoth, "report-both", false, "with -b, also report this end's and the peer's results separately")
 	f.VarP(rangeFlag{p: &cfg.Inline, name: "Max inline", min: 0, max: 1024}, "inline_size", "I", "max inline data: WRITE and SEND payloads up to this size go inline (default 0)")
 	f.IntVarP(&gidIndex, "gid-index", "x", 0, "GID index (only 0: ibex devices have one GID)")
 	f.VarP(mtuFlag{&cfg.MTU}, "mtu", "m", "MTU, 256 to 4096 (default the port's)")

@@ -223,7 +223,6 @@ func TestPerf18Flags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-b"}, "bidirectional bandwidth is not supported yet"},
 		{[]string{"-c", "UD"}, "-c UD: not supported yet"},
 		{[]string{"-c", "UC"}, "-c UC: not supported yet"},
 		{[]string{"-x", "3"}, "only valid -x"},
@@ -247,6 +246,10 @@ func TestPerf18Flags(t *testing.T) {
 	_, stderr, _ := runMain(t, "perf", "write_lat", "-b", "-d", "shm0", "127.0.0.1")
 	if !strings.Contains(stderr, "Bidirectional is only available in BW test") {
 		t.Errorf("write_lat -b: %q", stderr)
+	}
+	_, stderr, _ = runMain(t, "perf", "send_bw", "-b", "-d", "shm0", "127.0.0.1")
+	if !strings.Contains(stderr, "bidirectional send_bw is not supported yet") {
+		t.Errorf("send_bw -b: %q", stderr)
 	}
 
 	// The ones that work, on a real run: -I, -Q, -m, -u, -x 0, -i 1,
@@ -339,7 +342,7 @@ func gbitsRow(t *testing.T, out string) []float64 {
 	t.Helper()
 	lines := strings.Split(out, "\n")
 	for i, l := range lines {
-		if strings.Contains(l, "#bytes") && i+1 < len(lines) {
+		if strings.HasPrefix(strings.TrimSpace(l), "#bytes ") && i+1 < len(lines) {
 			var row []float64
 			for _, f := range strings.Fields(lines[i+1]) {
 				v, err := strconv.ParseFloat(f, 64)
@@ -355,4 +358,69 @@ func gbitsRow(t *testing.T, out string) []float64 {
 	}
 	t.Fatalf("no result row in:\n%s", out)
 	return nil
+}
+
+// TestPerf18Bidirectional: -b on both ends: both post, each prints the
+// sum of both directions, and --report-both adds this end's and the
+// peer's lines (one end's local line is the other's remote line).
+func TestPerf18Bidirectional(t *testing.T) {
+	for _, tr := range transports(t) {
+		for _, test := range []string{"write_bw", "read_bw", "atomic_bw"} {
+			t.Run(tr.name+"/"+test, func(t *testing.T) {
+				port := strconv.Itoa(freePort(t))
+				args := []string{test, "-d", tr.device, "-p", port, "-n", "200", "-b", "--report-both"}
+				srv := startServer(t, tr.serverEnv, args...)
+				out, err := runClient(t, tr.clientEnv, append(args, "127.0.0.1")...)
+				if err != nil {
+					t.Fatalf("client: %v\n%s\nserver:\n%s", err, out, srv.out.String())
+				}
+				if err := srv.cmd.Wait(); err != nil {
+					t.Fatalf("server: %v\n%s", err, srv.out.String())
+				}
+				size := 65536
+				if test == "atomic_bw" {
+					size = 8
+				}
+				c, sv := bothRows(t, out), bothRows(t, srv.out.String())
+				for _, rows := range [][3][]float64{c, sv} {
+					for _, row := range rows {
+						checkRow(t, row, false, size, 200)
+					}
+					// The sum's average is local + remote (to the printed
+					// precision).
+					if d := rows[0][3] - rows[1][3] - rows[2][3]; d > 0.02 || d < -0.02 {
+						t.Errorf("sum %v != local %v + remote %v", rows[0], rows[1], rows[2])
+					}
+				}
+				if c[1][3] != sv[2][3] || c[2][3] != sv[1][3] {
+					t.Errorf("client local/remote %v %v, server %v %v", c[1], c[2], sv[1], sv[2])
+				}
+			})
+		}
+	}
+}
+
+// bothRows are the three result rows of a --report-both report: the sum,
+// local, remote.
+func bothRows(t *testing.T, out string) [3][]float64 {
+	t.Helper()
+	var rows [][]float64
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "#bytes ") && i+1 < len(lines) {
+			var row []float64
+			for _, f := range strings.Fields(lines[i+1]) {
+				v, err := strconv.ParseFloat(f, 64)
+				if err != nil {
+					t.Fatalf("row %q: %v", lines[i+1], err)
+				}
+				row = append(row, v)
+			}
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) != 3 || !strings.Contains(out, "Local results") || !strings.Contains(out, "Remote results") {
+		t.Fatalf("want the sum, local and remote results in:\n%s", out)
+	}
+	return [3][]float64{rows[0], rows[1], rows[2]}
 }
