@@ -359,3 +359,15 @@ func TestSim18ProgressHint(t *testing.T) {
 		t.Errorf("50%% after 10 s: %q, want 10s left and no hint", line)
 	}
 }
+
+// TestSim18PlanDesignsChecked: a --design file too small for --gpus is
+// reported before the first design is simulated, naming the flag.
+func TestSim18PlanDesignsChecked(t *testing.T) {
+	args := []string{"sim", "plan", "--gpus", "2048", "--design", "big=../../examples/fattree-2tier-k64-8gpu.yaml:roce",
+		"--design", "ndr=../../examples/superpod-1024gpu.yaml:ib"}
+	stdout, stderr, code := runMain(t, args...)
+	want := `--design "ndr=../../examples/superpod-1024gpu.yaml:ib": ../../examples/superpod-1024gpu.yaml has 1024 GPUs, not the 2048 asked for by --gpus`
+	if code == 0 || !strings.Contains(stderr, want) || stdout != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want an error containing %q and no output", code, stdout, stderr, want)
+	}
+}

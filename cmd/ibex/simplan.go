@@ -98,6 +98,14 @@ func runSimPlan(out io.Writer, o simPlanOptions) error {
 		if err != nil {
 			return err
 		}
+		// Each file is checked against --gpus before the first design runs.
+		g, err := spec.Build()
+		if err != nil {
+			return fmt.Errorf("sim plan: --design %q: %s: %w", d, file, err)
+		}
+		if o.gpus > g.NumGPUs() {
+			return fmt.Errorf("sim plan: --design %q: %s has %d GPUs, not the %d asked for by --gpus", d, file, g.NumGPUs(), o.gpus)
+		}
 		designs = append(designs, plan.Design{Name: name, Spec: spec, LinkLayer: ll})
 	}
 	ro := defaultSimRunOptions()
