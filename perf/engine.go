@@ -284,8 +284,12 @@ func (s *session) bwClient(size int) (Result, error) {
 	n := len(s.qps)
 	cqm := min(c.CQMod, c.TxDepth)
 	wrs := make([][]verbs.SendWR, n)
+	pl := c.PostList
 	for q := range n {
-		wrs[q] = []verbs.SendWR{s.sendWR(q, size)}
+		wrs[q] = make([]verbs.SendWR, pl)
+		for j := range pl {
+			wrs[q][j] = s.sendWR(q, size)
+		}
 	}
 	posted, done := make([]int, n), make([]int, n)
 	dur := c.Duration > 0
@@ -299,17 +303,21 @@ func (s *session) bwClient(size int) (Result, error) {
 			stop = true
 		}
 		for q := range n {
-			for posted[q]-done[q] < c.TxDepth {
+			// pl requests per call (-l); pl is a multiple of cqm and
+			// divides -n, so a list ends on a signaled request.
+			for posted[q]-done[q]+pl <= c.TxDepth {
 				more := (dur && !stop) || (!dur && posted[q] < c.Iters)
 				flush := dur && stop && posted[q]%cqm != 0 // end on a signaled one
 				if !more && !flush {
 					break
 				}
-				posted[q]++
-				w := &wrs[q][0]
-				w.Flags, w.ID = s.inl, uint64(posted[q])
-				if posted[q]%cqm == 0 || (!dur && posted[q] == c.Iters) || flush {
-					w.Flags = verbs.SendSignaled | s.inl
+				for j := range pl {
+					posted[q]++
+					w := &wrs[q][j]
+					w.Flags, w.ID = s.inl, uint64(posted[q])
+					if posted[q]%cqm == 0 || (!dur && posted[q] == c.Iters) || flush {
+						w.Flags = verbs.SendSignaled | s.inl
+					}
 				}
 				if err := s.qps[q].PostSend(wrs[q]); err != nil {
 					return Result{}, fmt.Errorf("perf: post: %w", err)

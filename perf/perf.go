@@ -120,6 +120,10 @@ type Config struct {
 	MTU          int // -m: MTU in bytes, at most the port's (default the port's)
 	QPTimeout    int // -u: local ACK timeout, 4.096 µs × 2^QPTimeout (default 14)
 	CQMod        int // -Q: one request in CQMod is signaled (default 100)
+	// PostList (-l): bandwidth tests post this many requests per
+	// PostSend call (default 1). As perftest: -n a multiple of it, -Q
+	// defaults to it, and it must be a multiple of an explicit -Q.
+	PostList int
 	// Duplex (-b): both ends post and each reports the sum of both
 	// directions; bandwidth tests but send_bw. Both ends must set it.
 	Duplex bool
@@ -245,6 +249,21 @@ func (c Config) withDefaults() (Config, error) {
 	if c.QPTimeout == 0 {
 		c.QPTimeout = 14
 	}
+	if c.PostList == 0 {
+		c.PostList = 1
+	}
+	if c.PostList > 1 {
+		switch {
+		case c.Test.Latency():
+			return c, fmt.Errorf("perf: -l %d: Post list is supported in BW tests only", c.PostList)
+		case c.Duration == 0 && c.Iters%c.PostList != 0:
+			return c, fmt.Errorf("perf: -l %d: Number of iterations must be a multiple of post list size (-n %d)", c.PostList, c.Iters)
+		case c.CQMod == 0:
+			c.CQMod = c.PostList // perftest: "CQ moderation will be the size of the post list"
+		case c.PostList%c.CQMod != 0:
+			return c, fmt.Errorf("perf: -l %d: Post list size must be a multiple of CQ moderation (-Q %d)", c.PostList, c.CQMod)
+		}
+	}
 	if c.CQMod == 0 {
 		c.CQMod = cqMod
 	}
@@ -267,6 +286,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("perf: -u %d: QP Timeout should be between 1 and 31", c.QPTimeout)
 	case c.CQMod < 1 || c.CQMod > 1024:
 		return c, fmt.Errorf("perf: -Q %d: CQ moderation should be between 1 and 1024", c.CQMod)
+	case c.PostList < 1 || c.PostList > c.TxDepth:
+		return c, fmt.Errorf("perf: -l %d: post list 1 to the tx depth (-t %d)", c.PostList, c.TxDepth)
 	case c.Duration < 0:
 		return c, fmt.Errorf("perf: -D %v: negative duration", c.Duration)
 	case c.Duplex && c.Test.Latency():

@@ -19,6 +19,7 @@ type headerInfo struct {
 	qps       int
 	txDepth   int
 	cqMod     int
+	postList  int
 	inline    int
 	mtu       int
 	linkLayer string
@@ -37,6 +38,9 @@ func writeHeader(w io.Writer, h headerInfo) {
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
 	if !h.test.Latency() || h.test.verb() == "read" || h.test.verb() == "atomic" {
 		fmt.Fprintf(w, " TX depth        : %d\n", h.txDepth)
+	}
+	if h.postList > 1 {
+		fmt.Fprintf(w, " Post List       : %d\n", h.postList)
 	}
 	if !h.test.Latency() {
 		fmt.Fprintf(w, " CQ Moderation   : %d\n", min(h.cqMod, h.txDepth))

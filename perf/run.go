@@ -187,7 +187,7 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 		return nil, err
 	}
 	w := opt.out()
-	writeHeader(w, headerInfo{test: cfg.Test, device: s.vc.Name(), qps: cfg.QPs, txDepth: cfg.TxDepth, cqMod: cfg.CQMod, inline: cfg.Inline,
+	writeHeader(w, headerInfo{test: cfg.Test, device: s.vc.Name(), qps: cfg.QPs, txDepth: cfg.TxDepth, cqMod: cfg.CQMod, postList: cfg.PostList, inline: cfg.Inline,
 		mtu: mtu, linkLayer: s.port.LinkLayer, local: s.local, remote: s.remote})
 	printed := false
 	print := func(r Result) {

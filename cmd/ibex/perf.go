@@ -30,7 +30,6 @@ func newPerfCmd() *cobra.Command {
 		gidIndex int
 		ibPort   int
 		connType string
-		postList int
 		cpuFreq  bool
 		cpuUtil  bool
 	)
@@ -95,8 +94,6 @@ func newPerfCmd() *cobra.Command {
 				return fmt.Errorf("perf: -c %s: not supported yet (ibex perf runs RC only)", connType)
 			case connType != "RC":
 				return fmt.Errorf("perf: -c %s: want RC (UC, UD, XRC, DC, SRD are perftest's others, not supported yet)", connType)
-			case postList != 1:
-				return fmt.Errorf("perf: -l %d: post lists are not supported yet (ibex perf posts one request per call)", postList)
 			case output != "" && output != "bandwidth" && output != "message_rate" && output != "latency":
 				return fmt.Errorf("perf: --output %s: Invalid verbosity level output flag. Please use bandwidth, latency, message_rate", output)
 			}
@@ -186,7 +183,7 @@ func newPerfCmd() *cobra.Command {
 	f.IntVarP(&ibPort, "ib-port", "i", 1, "port of the device (only 1)")
 	f.VarP(rangeFlag{p: &cfg.QPTimeout, name: "QP Timeout", min: 1, max: 31}, "qp-timeout", "u", "QP timeout: 4.096 us x 2^N, 1 to 31 (default 14)")
 	f.VarP(rangeFlag{p: &cfg.CQMod, name: "CQ moderation", min: 1, max: 1024}, "cq-mod", "Q", "signal one request in this many (default 100)")
-	f.IntVarP(&postList, "post_list", "l", 1, "requests per post call (only 1: post lists not supported yet)")
+	f.VarP(rangeFlag{p: &cfg.PostList, name: "Send Post List size", min: 1, max: 8192}, "post_list", "l", "bandwidth tests: requests per post call (default 1; -n a multiple of it, -Q defaults to it)")
 	f.BoolVar(&outJSON, "out_json", false, "also save the results as JSON in --out_json_file")
 	f.StringVar(&jsonFile, "out_json_file", "", "file for --out_json (default perftest_out.json in the working directory)")
 	f.StringVar(&output, "output", "", "print only one figure: bandwidth, message_rate or latency")

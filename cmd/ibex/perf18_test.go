@@ -227,7 +227,9 @@ func TestPerf18Flags(t *testing.T) {
 		{[]string{"-c", "UC"}, "-c UC: not supported yet"},
 		{[]string{"-x", "3"}, "only valid -x"},
 		{[]string{"-i", "2"}, "only valid -i"},
-		{[]string{"-l", "8"}, "post lists are not supported yet"},
+		{[]string{"-l", "3", "-n", "400"}, "Number of iterations must be a multiple of post list size"},
+		{[]string{"-l", "4", "-Q", "3", "-n", "400"}, "Post list size must be a multiple of CQ moderation"},
+		{[]string{"-l", "0"}, "Send Post List size should be between 1 and 8192"},
 		{[]string{"-R"}, "-R: not supported: ibex has no rdma_cm"},
 		{[]string{"-H"}, "-H: not supported"},
 		{[]string{"-C"}, "-C: not supported"},
@@ -423,4 +425,32 @@ func bothRows(t *testing.T, out string) [3][]float64 {
 		t.Fatalf("want the sum, local and remote results in:\n%s", out)
 	}
 	return [3][]float64{rows[0], rows[1], rows[2]}
+}
+
+// TestPerf18PostList: -l posts lists of requests; -Q defaults to the
+// list's size, as in perftest.
+func TestPerf18PostList(t *testing.T) {
+	_, stderr, _ := runMain(t, "perf", "write_lat", "-l", "2", "-d", "shm0", "127.0.0.1")
+	if !strings.Contains(stderr, "Post list is supported in BW tests only") {
+		t.Errorf("write_lat -l 2: %q", stderr)
+	}
+	for _, tr := range transports(t) {
+		t.Run(tr.name, func(t *testing.T) {
+			port := strconv.Itoa(freePort(t))
+			args := []string{"write_bw", "-d", tr.device, "-p", port, "-n", "400", "-l", "8"}
+			srv := startServer(t, tr.serverEnv, args...)
+			out, err := runClient(t, tr.clientEnv, append(args, "127.0.0.1")...)
+			if err != nil {
+				t.Fatalf("client: %v\n%s\nserver:\n%s", err, out, srv.out.String())
+			}
+			for _, want := range []string{"Post List       : 8", "CQ Moderation   : 8"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("report lacks %q:\n%s", want, out)
+				}
+			}
+			for _, row := range parseReport(t, out, false) {
+				checkRow(t, row, false, 65536, 400)
+			}
+		})
+	}
 }
