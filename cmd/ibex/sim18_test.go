@@ -9,6 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -162,7 +165,8 @@ func shellSplit(s string) ([]string, error) {
 
 // TestSim18HelpExamples runs every example of every `ibex sim ... --help`
 // as written, from a directory whose examples/ is the repository's, and
-// checks that each succeeds and writes the files it names.
+// checks that each succeeds, writes the files it names, and, with --fail,
+// shows a slowdown of 10% or more.
 func TestSim18HelpExamples(t *testing.T) {
 	examples, err := filepath.Abs("../../examples")
 	if err != nil {
@@ -185,6 +189,15 @@ func TestSim18HelpExamples(t *testing.T) {
 			}
 			if stdout == "" {
 				t.Errorf("ibex %s: no output", name)
+			}
+			if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--fail") }) {
+				// A failure example shows what the failure costs.
+				m := regexp.MustCompile(`# failures, .* \(\+([0-9.]+)%\)`).FindStringSubmatch(stdout)
+				if m == nil {
+					t.Errorf("ibex %s: no slowdown line in\n%s", name, stdout)
+				} else if pct, _ := strconv.ParseFloat(m[1], 64); pct < 10 {
+					t.Errorf("ibex %s: the failures cost %s%%; the example should show a visible slowdown (10%% or more)", name, m[1])
+				}
 			}
 			for i, a := range args {
 				switch a {

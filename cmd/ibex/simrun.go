@@ -106,7 +106,7 @@ func newSimRunCmd() *cobra.Command {
 		Example: "  ibex sim run examples/superpod-1024gpu.yaml all_reduce -b 64M --engine flow\n" +
 			"  ibex sim run examples/superpod-1su.yaml all_reduce --gpus 32 -b 1M -e 1G -f 4\n" +
 			"  ibex sim run examples/fattree-2tier-k64-2to1.yaml permutation --gpus 512 -b 1M --routing ecmp --seed 3\n" +
-			"  ibex sim run examples/superpod-1su.yaml --fail leaf0:32@50us --trace run.json",
+			"  ibex sim run examples/fattree-2tier-k64.yaml all_reduce --gpus 64 -b 16M --fail leaf0:32@20us --retry-timeout 1ms --trace run.json",
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			what := "all_reduce"
