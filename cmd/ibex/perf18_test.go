@@ -88,16 +88,14 @@ func TestPerf18BadDevice(t *testing.T) {
 		{"perf", "write_bw", "-d", "mlx5_0", "-p", port, "127.0.0.1"}, // client
 	} {
 		start := time.Now()
-		stdout, stderr, code := runMain(t, args...)
+		stdout, stderr, code := runMainWithin(t, 20*time.Second, args...)
 		if code == 0 || !strings.Contains(stderr, `"mlx5_0"`) || !strings.Contains(stderr, "shm0") || !strings.Contains(stderr, "udp0") {
 			t.Errorf("%v: exit %d, stderr %q: want a non-zero exit naming mlx5_0 and the devices", args, code, stderr)
 		}
 		if strings.Contains(stdout, "Waiting") || strings.Contains(stderr, "refused") {
 			t.Errorf("%v: got as far as the network: stdout %q, stderr %q", args, stdout, stderr)
 		}
-		if d := time.Since(start); d > 20*time.Second {
-			t.Errorf("%v: took %v", args, d)
-		}
+		t.Logf("%v: %v", args, time.Since(start).Round(time.Millisecond))
 	}
 }
 
@@ -111,7 +109,7 @@ func TestPerf18DeviceMismatch(t *testing.T) {
 	if err == nil || !strings.Contains(out, "the two ends use different devices (shm0 / udp0)") || strings.Contains(out, "GID") {
 		t.Fatalf("client: err %v, output %q", err, out)
 	}
-	if err := srv.cmd.Wait(); err == nil {
+	if err := waitExit(t, srv); err == nil {
 		t.Errorf("server exited 0 after a mismatched client")
 	}
 	if s := srv.out.String(); !strings.Contains(s, "the two ends use different devices (udp0 / shm0)") {
@@ -129,15 +127,8 @@ func TestPerf18ServeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client: %v\n%s\nserver:\n%s", err, out, srv.out.String())
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("server: %v\n%s", err, srv.out.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the server did not exit after its client:\n%s", srv.out.String())
+	if err := waitExit(t, srv); err != nil {
+		t.Fatalf("server: %v\n%s", err, srv.out.String())
 	}
 	s := srv.out.String()
 	banner := "************************************\n* Waiting for client to connect... *\n************************************\n"
@@ -276,7 +267,7 @@ func TestPerf18Flags(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"bytes": 64`) {
 		t.Errorf("--out_json_file: %v %q", err, b)
 	}
-	_ = srv.cmd.Wait()
+	_ = waitExit(t, srv)
 	if s := srv.out.String(); !strings.Contains(s, "-F: noted") || !strings.Contains(s, "--cpu_util: noted") {
 		t.Errorf("server output lacks the notes for -F and --cpu_util:\n%s", s)
 	}
@@ -303,7 +294,7 @@ func TestPerf18ServerReport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client: %v\n%s", err, out)
 	}
-	if err := srv.cmd.Wait(); err != nil {
+	if err := waitExit(t, srv); err != nil {
 		t.Fatalf("server: %v\n%s", err, srv.out.String())
 	}
 	if !strings.Contains(out, "BW average[Gb/sec]") {
@@ -327,7 +318,7 @@ func TestPerf18ServerReport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("-a client: %v\n%s", err, out)
 	}
-	if err := srv.cmd.Wait(); err != nil {
+	if err := waitExit(t, srv); err != nil {
 		t.Fatalf("-a server: %v\n%s", err, srv.out.String())
 	}
 	if n := len(parseReport(t, out, false)); n != 23 {
@@ -376,7 +367,7 @@ func TestPerf18Bidirectional(t *testing.T) {
 				if err != nil {
 					t.Fatalf("client: %v\n%s\nserver:\n%s", err, out, srv.out.String())
 				}
-				if err := srv.cmd.Wait(); err != nil {
+				if err := waitExit(t, srv); err != nil {
 					t.Fatalf("server: %v\n%s", err, srv.out.String())
 				}
 				size := 65536
@@ -453,4 +444,40 @@ func TestPerf18PostList(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitExit waits for a server to exit after its one client; one that
+// keeps running fails the test (and is killed by startServer's cleanup).
+func waitExit(t *testing.T, srv *server) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- srv.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		_ = srv.cmd.Process.Kill()
+		<-done
+		t.Fatalf("the server did not exit after its client:\n%s", srv.out.String())
+		return nil
+	}
+}
+
+// runMainWithin is runMain with a time limit: a command that waits
+// instead of failing fails the test.
+func runMainWithin(t *testing.T, d time.Duration, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := ibexCmd(ctx, nil, args...)
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%v: still running after %v; stdout %q, stderr %q", args, d, out.String(), errOut.String())
+	}
+	if err != nil {
+		code = cmd.ProcessState.ExitCode()
+	}
+	return out.String(), errOut.String(), code
 }
