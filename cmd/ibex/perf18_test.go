@@ -88,7 +88,7 @@ func TestPerf18BadDevice(t *testing.T) {
 		{"perf", "write_bw", "-d", "mlx5_0", "-p", port, "127.0.0.1"}, // client
 	} {
 		start := time.Now()
-		stdout, stderr, code := runMainWithin(t, 20*time.Second, args...)
+		stdout, stderr, code := runMainWithin(t, 20*time.Second, nil, args...)
 		if code == 0 || !strings.Contains(stderr, `"mlx5_0"`) || !strings.Contains(stderr, "shm0") || !strings.Contains(stderr, "udp0") {
 			t.Errorf("%v: exit %d, stderr %q: want a non-zero exit naming mlx5_0 and the devices", args, code, stderr)
 		}
@@ -195,6 +195,12 @@ func TestPerf18UDPAddr(t *testing.T) {
 	err := cmd.Run()
 	if err == nil || !strings.Contains(stderr.String(), "bind") || !strings.Contains(stderr.String(), "udp0") {
 		t.Fatalf("client on the server's address: err %v, stderr %q", err, stderr.String())
+	}
+	// A second server on the same address fails at once too, before it
+	// says it waits.
+	stdout, stderr2, code := runMainWithin(t, 20*time.Second, []string{addr}, "perf", "write_bw", "-d", "udp0", "-p", strconv.Itoa(freePort(t)))
+	if code == 0 || !strings.Contains(stderr2, "bind") || strings.Contains(stdout, "Waiting") {
+		t.Errorf("second server on the address: exit %d, stdout %q, stderr %q", code, stdout, stderr2)
 	}
 	// The server never saw a client: it is still waiting.
 	if s := srv.out.String(); strings.Contains(s, "perf: client") || strings.Contains(s, "remote address") {
@@ -465,11 +471,11 @@ func waitExit(t *testing.T, srv *server) error {
 
 // runMainWithin is runMain with a time limit: a command that waits
 // instead of failing fails the test.
-func runMainWithin(t *testing.T, d time.Duration, args ...string) (stdout, stderr string, code int) {
+func runMainWithin(t *testing.T, d time.Duration, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	cmd := ibexCmd(ctx, nil, args...)
+	cmd := ibexCmd(ctx, env, args...)
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
