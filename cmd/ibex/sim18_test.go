@@ -179,6 +179,7 @@ func TestSim18HelpExamples(t *testing.T) {
 	for _, args := range exs {
 		name := strings.Join(args, " ")
 		t.Run(strings.Join(args[:2], "_"), func(t *testing.T) {
+			t.Parallel() // each runs in a child process: two at a time on 2 cores
 			dir := t.TempDir()
 			if err := os.Symlink(examples, filepath.Join(dir, "examples")); err != nil {
 				t.Fatal(err)
