@@ -29,7 +29,15 @@ func TestMain(m *testing.M) {
 // exit code.
 func runMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runMainIn(t, "", args...)
+}
+
+// runMainIn is runMain with the child's working directory dir ("": this
+// one's).
+func runMainIn(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -190,33 +190,7 @@ func newBigEnd(t *testing.T, dev string, size int) *bigEnd {
 // local offset off to the remote region, or READ from it into off.
 func (e *bigEnd) stream(t *testing.T, op verbs.Opcode, off int, r verbs.ConnInfo) {
 	t.Helper()
-	const chunk, depth = 1 << 20, 8
-	wc := make([]verbs.WC, depth)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	inflight, next := 0, 0
-	for next < netnsSize || inflight > 0 {
-		for inflight < depth && next < netnsSize {
-			wr := verbs.SendWR{ID: uint64(next), Opcode: op, Flags: verbs.SendSignaled,
-				SGL:        []verbs.SGE{{Addr: e.mr.Addr() + uint64(off+next), Length: chunk, LKey: e.mr.LKey()}},
-				RemoteAddr: r.Addr + uint64(next), RKey: r.RKey}
-			if err := e.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-				t.Fatal(err)
-			}
-			next += chunk
-			inflight++
-		}
-		n, err := e.cq.PollWait(ctx, wc)
-		if err != nil {
-			t.Fatalf("%v at %d MiB: %v (qp: %v)", op, next>>20, err, e.qp.Err())
-		}
-		for _, c := range wc[:n] {
-			if c.Status != verbs.WCSuccess {
-				t.Fatalf("%v: %v (qp: %v)", op, c, e.qp.Err())
-			}
-		}
-		inflight -= n
-	}
+	e.streamN(t, op, off, netnsSize, r)
 }
 
 // netnsPeer is the far end of TestNetnsLossyWriteRead: TestMain runs it
