@@ -61,10 +61,16 @@ const (
 // sockIO is a device's UDP socket as a batchConn. Only the loop goroutine
 // uses it, but for SetReadDeadline.
 type sockIO struct {
-	ctrs  *counters
-	conn  *net.UDPConn
-	fd    int // valid until the loop exits: the conn is closed only after
-	raw   syscall.RawConn
+	ctrs *counters
+	conn *net.UDPConn
+	fd   int // valid until the loop exits: the conn is closed only after
+	raw  syscall.RawConn
+	// The waiting read goes through a second descriptor of the socket
+	// held by an os.File: its RawConn returns the poller's error as it is,
+	// while net's allocates an *OpError for each — and every wake-up of
+	// the loop by a post (SetReadDeadline(now)) is one.
+	rfile *os.File
+	rraw  syscall.RawConn
 	local netip.AddrPort
 	v6    bool // an AF_INET6 socket
 	gso   bool // send super-datagrams
@@ -203,15 +209,32 @@ func newSockIO(conn *net.UDPConn, c *counters) (*sockIO, error) {
 	s.rdirty = len(s.rhdrs)
 	s.readFn = s.readBatch
 	s.writeFn = s.writeBatch
+	nfd, err := unix.Dup(s.fd)
+	if err == nil {
+		if err = unix.SetNonblock(nfd, true); err != nil {
+			_ = unix.Close(nfd)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("udp: dup the socket for its reads: %w", err)
+	}
+	s.rfile = os.NewFile(uintptr(nfd), "udp "+s.local.String())
+	if s.rraw, err = s.rfile.SyscallConn(); err != nil {
+		_ = s.rfile.Close()
+		return nil, fmt.Errorf("udp: dup the socket for its reads: %w", err)
+	}
 	return s, nil
 }
 
 func (s *sockIO) LocalAddr() netip.AddrPort         { return s.local }
 func (s *sockIO) BatchSize() int                    { return txCap }
 func (s *sockIO) Offload() (gso, gro bool)          { return s.gso, s.gro }
-func (s *sockIO) SetReadDeadline(t time.Time) error { return s.conn.SetReadDeadline(t) }
-func (s *sockIO) Close() error                      { return s.conn.Close() }
-func (s *sockIO) SourcePorts() bool                 { return false }
+func (s *sockIO) SetReadDeadline(t time.Time) error { return s.rfile.SetReadDeadline(t) }
+func (s *sockIO) Close() error {
+	_ = s.rfile.Close()
+	return s.conn.Close()
+}
+func (s *sockIO) SourcePorts() bool { return false }
 
 // RecvBuffer reads the socket's receive buffer size.
 func (s *sockIO) RecvBuffer() int {
@@ -368,7 +391,7 @@ func (s *sockIO) Recv(msgs []message, wait bool) (int, error) {
 		return 0, errno
 	}
 	if n == 0 && wait {
-		if err := s.raw.Read(s.readFn); err != nil {
+		if err := s.rraw.Read(s.readFn); err != nil {
 			return 0, err
 		}
 		if s.rerr != 0 {
