@@ -39,14 +39,15 @@ type session struct {
 	qps      []*verbs.QP
 	mrs      []*verbs.MR
 	byQPN    map[uint32]int
-	half     int // receive region offset in each buffer
+	half     int // receive region offset in each buffer: perftest's BUFF_SIZE
+	cycle    int // the agreed cycle_buffer (the larger of both ends')
+	line     int // the agreed cache_line_size
 	local    []oob.Dest
 	remote   []oob.Dest
 	port     verbs.PortAttr
 	wcs      []verbs.WC
 	recvWR   []verbs.RecvWR
 	peerIbex bool
-	lastT    int64
 	inl      verbs.SendFlags // SendInline when this run's payloads go inline (-I)
 }
 
@@ -92,8 +93,9 @@ func (s *session) open() error {
 
 // setup creates the QPs and buffers, exchanges dests, connects with the
 // agreed MTU, and tells the peer it is ready.
-func (s *session) setup(ctx context.Context, mtuBytes int) error {
+func (s *session) setup(ctx context.Context, np oob.Params) error {
 	c := s.cfg
+	mtuBytes := np.MTU
 	var err error
 	if s.pd, err = s.vc.AllocPD(); err != nil {
 		return err
@@ -105,13 +107,20 @@ func (s *session) setup(ctx context.Context, mtuBytes int) error {
 	if s.rcq, err = s.vc.CreateCQ(rxDepth*c.QPs + 16); err != nil {
 		return err
 	}
-	buf := c.bufSize()
-	s.half = buf
+	// perftest's layout (alloc_ctx, with one MR per QP as its
+	// --mr_per_qp): BUFF_SIZE = max(size, cycle_buffer) bytes to send
+	// from, then the receive region the peer is told about, and the
+	// whole rounded to the cache line twice over. A peer writes or reads
+	// from the advertised address up to cycle_buffer bytes further
+	// (increase_rem_addr), or size bytes for larger messages.
+	s.cycle, s.line = np.CycleBuffer, np.CacheLineSize
+	s.half = max(c.bufSize(), s.cycle)
+	buf := 2 * inc(s.half, s.line)
 	s.byQPN = map[uint32]int{}
 	for q := range c.QPs {
-		mr, err := s.pd.AllocMR(2*buf, allAccess)
+		mr, err := s.pd.AllocMR(buf, allAccess)
 		if err != nil {
-			return fmt.Errorf("perf: buffer of %d bytes: %w", 2*buf, err)
+			return fmt.Errorf("perf: buffer of %d bytes: %w", buf, err)
 		}
 		s.mrs = append(s.mrs, mr)
 		qp, err := s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq,
@@ -123,7 +132,7 @@ func (s *session) setup(ctx context.Context, mtuBytes int) error {
 		s.byQPN[qp.Num()] = q
 		info := qp.Info()
 		s.local = append(s.local, oob.Dest{LID: s.port.LID, OutReads: outReads, QPN: qp.Num(), PSN: info.PSN,
-			RKey: mr.RKey(), VAddr: mr.Addr(), GID: s.port.GID})
+			RKey: mr.RKey(), VAddr: mr.Addr() + uint64(s.half), GID: s.port.GID})
 	}
 	s.wcs = make([]verbs.WC, 64)
 	s.recvWR = make([]verbs.RecvWR, 1)
@@ -165,6 +174,27 @@ func (s *session) setup(ctx context.Context, mtuBytes int) error {
 		return fmt.Errorf("perf: the peer did not get ready: %w", err)
 	}
 	return nil
+}
+
+// inc is perftest's INC: size rounded up to the cache line, at least one
+// line; the step between consecutive requests' addresses.
+func inc(size, line int) int {
+	if size <= line {
+		return line
+	}
+	return (size + line - 1) / line * line
+}
+
+// cycleOffset is where perftest's k-th request of a size (k from 0) reads
+// or writes, relative to the first: requests of at most half the cycle
+// buffer walk through it in steps of inc (increase_loc_addr and
+// increase_rem_addr), larger ones all use the first address.
+func (s *session) cycleOffset(k, size int) uint64 {
+	if size > s.cycle/2 {
+		return 0
+	}
+	step := inc(size, s.line)
+	return uint64(k % (s.cycle / step) * step)
 }
 
 // mtuOf is the verbs MTU for a byte count, at most the port's.
@@ -255,21 +285,21 @@ func (s *session) sendWR(q, size int) verbs.SendWR {
 	if v := s.cfg.Test.verb(); size <= s.cfg.Inline && (v == "write" || v == "send") {
 		s.inl = verbs.SendInline
 	}
+	// As perftest (ctx_set_send_reg_wqes): every verb reads or writes
+	// this end's send region and names the peer's advertised address,
+	// the start of its receive region.
 	wr := verbs.SendWR{SGL: []verbs.SGE{{Addr: mr.Addr(), Length: uint32(size), LKey: mr.LKey()}},
-		RemoteAddr: r.VAddr + uint64(s.half), RKey: r.RKey}
+		RemoteAddr: r.VAddr, RKey: r.RKey}
 	switch s.cfg.Test.verb() {
 	case "write":
 		wr.Opcode = verbs.WRRDMAWrite
 	case "read":
 		wr.Opcode = verbs.WRRDMARead
-		wr.RemoteAddr = r.VAddr
-		wr.SGL[0].Addr = mr.Addr() + uint64(s.half)
 	case "send":
 		wr.Opcode = verbs.WRSend
 	default:
 		wr.Opcode, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, 1
-		wr.RemoteAddr = r.VAddr
-		wr.SGL[0].Addr, wr.SGL[0].Length = mr.Addr()+uint64(s.half), 8
+		wr.SGL[0].Length = 8
 	}
 	if s.inl != 0 {
 		wr.Inline, wr.SGL = mr.Bytes()[:size], nil
@@ -285,12 +315,30 @@ func (s *session) bwClient(size int) (Result, error) {
 	cqm := min(c.CQMod, c.TxDepth)
 	wrs := make([][]verbs.SendWR, n)
 	pl := c.PostList
+	// Addresses as perftest's: with -l each request of the list has its
+	// own fixed place in the cycle (ctx_set_send_reg_wqes); without, one
+	// request walks through it post by post (run_iter_bw).
+	type base struct{ local, remote uint64 }
+	bases := make([]base, n)
 	for q := range n {
 		wrs[q] = make([]verbs.SendWR, pl)
 		for j := range pl {
-			wrs[q][j] = s.sendWR(q, size)
+			w := s.sendWR(q, size)
+			if j == 0 {
+				bases[q].remote = w.RemoteAddr
+				if w.SGL != nil { // not inline
+					bases[q].local = w.SGL[0].Addr
+				}
+			}
+			off := s.cycleOffset(j, size)
+			w.RemoteAddr += off
+			if w.SGL != nil {
+				w.SGL[0].Addr += off
+			}
+			wrs[q][j] = w
 		}
 	}
+	walk := pl == 1
 	posted, done := make([]int, n), make([]int, n)
 	dur := c.Duration > 0
 	marks := make([]mark, 0, c.Iters*n/cqm+n+4)
@@ -298,6 +346,7 @@ func (s *session) bwClient(size int) (Result, error) {
 	start := nanotime()
 	end := start + int64(c.Duration)
 	stop, total, last := false, 0, start
+	recvs, got := c.Duplex && c.Test == SendBW, 0
 	for {
 		if dur && !stop && nanotime() > end {
 			stop = true
@@ -312,8 +361,15 @@ func (s *session) bwClient(size int) (Result, error) {
 					break
 				}
 				for j := range pl {
-					posted[q]++
 					w := &wrs[q][j]
+					if walk {
+						off := s.cycleOffset(posted[q], size)
+						w.RemoteAddr = bases[q].remote + off
+						if w.SGL != nil {
+							w.SGL[0].Addr = bases[q].local + off
+						}
+					}
+					posted[q]++
 					w.Flags, w.ID = s.inl, uint64(posted[q])
 					if posted[q]%cqm == 0 || (!dur && posted[q] == c.Iters) || flush {
 						w.Flags = verbs.SendSignaled | s.inl
@@ -341,7 +397,28 @@ func (s *session) bwClient(size int) (Result, error) {
 			done[q] = int(wc.WRID)
 			marks = append(marks, mark{ops: total, ns: last - start})
 		}
-		finished := true
+		if recvs {
+			// -b send_bw: the peer's SENDs arrive here meanwhile; keep
+			// its receives posted until all of them are in.
+			r, err := s.rcq.Poll(s.wcs)
+			if err != nil {
+				return Result{}, err
+			}
+			if r > 0 {
+				wd.reset()
+			}
+			for _, wc := range s.wcs[:r] {
+				if wc.Status != verbs.WCSuccess {
+					return Result{}, wcErr(s, wc)
+				}
+				got++
+				if err := s.postRecv(s.byQPN[wc.QPNum], c.bufSize()); err != nil {
+					return Result{}, err
+				}
+			}
+			k += r
+		}
+		finished := !recvs || dur || got >= c.Iters*n
 		for q := range n {
 			if done[q] != posted[q] || (!dur && done[q] < c.Iters) || (dur && !stop) {
 				finished = false
@@ -405,24 +482,30 @@ func word(buf []byte, off int) (*atomic.Uint32, uint) {
 	return (*atomic.Uint32)(unsafe.Pointer(&buf[w])), uint(off-w) * 8
 }
 
-// pingPong is write_lat and send_lat: the client sends, the server answers
-// each message, and each side times the round trip; the report is half of
-// it, as perftest's.
+// pingPong is write_lat and send_lat in perftest's order
+// (run_iter_lat_write, run_iter_lat_send): wait for the peer's message,
+// post one, reap its completion, so a request that fails is reported at
+// once. In write_lat the server sends first, in send_lat the client. The
+// n-th WRITE carries byte n (mod 256) as its last byte, which the peer
+// polls at the same offset from its advertised address. The report is
+// half the time between consecutive posts, as perftest's.
 func (s *session) pingPong(size int) (Result, error) {
 	c := s.cfg
 	buf := s.mrs[0].Bytes()
 	wr := []verbs.SendWR{s.sendWR(0, size)}
 	inWord, inShift := word(buf, s.half+size-1)
 	outWord, outShift := word(buf, size-1)
-	samples := make([]int64, 0, c.Iters)
+	posts := make([]int64, 0, c.Iters)
 	wd := s.newWatchdog()
 	end := nanotime() + int64(c.Duration)
 	isWrite := c.Test == WriteLat
+	first := isWrite == s.server // this end sends the first message
+	dur := c.Duration > 0
 	// Every message is signaled and its completion reaped before the
 	// buffer is written again (perftest's latency tests use cq_mod 1):
 	// the provider may read the buffer until the request completes.
-	post := func(i int) error {
-		v := uint32(i%255 + 1)
+	post := func(n int) error {
+		v := uint32(byte(n))
 		for {
 			old := outWord.Load()
 			if outWord.CompareAndSwap(old, old&^(0xff<<outShift)|v<<outShift) {
@@ -435,7 +518,7 @@ func (s *session) pingPong(size int) (Result, error) {
 		}
 		return nil
 	}
-	reap := func(i int) error {
+	reap := func(n int) error {
 		wd.reset()
 		for {
 			k, err := s.scq.Poll(s.wcs[:1])
@@ -449,23 +532,23 @@ func (s *session) pingPong(size int) (Result, error) {
 				return nil
 			}
 			if wd.expired() {
-				return fmt.Errorf("perf: message %d not completed in %v: the peer stopped answering", i, c.Timeout)
+				return fmt.Errorf("perf: message %d not completed in %v: the peer stopped answering", n, c.Timeout)
 			}
 		}
 	}
-	await := func(i int) error {
+	await := func(n int) error {
 		wd.reset()
 		if isWrite {
-			v := uint32(i%255 + 1)
+			v := uint32(byte(n))
 			for (inWord.Load()>>inShift)&0xff != v {
 				// A software device delivers in this goroutine
 				// (verbs.Context.Progress): a spin on memory alone
 				// would wait for the device's own goroutine.
 				s.vc.Progress()
 				if wd.expired() {
-					return fmt.Errorf("perf: no answer to message %d for %v: the peer stopped answering", i, c.Timeout)
+					return fmt.Errorf("perf: no message %d for %v: the peer stopped answering", n, c.Timeout)
 				}
-				if c.Duration > 0 && nanotime() > end {
+				if dur && nanotime() > end {
 					return errStopped
 				}
 			}
@@ -483,56 +566,42 @@ func (s *session) pingPong(size int) (Result, error) {
 				return s.postRecv(0, c.bufSize())
 			}
 			if wd.expired() {
-				return fmt.Errorf("perf: no message %d for %v: the peer stopped answering", i, c.Timeout)
+				return fmt.Errorf("perf: no message %d for %v: the peer stopped answering", n, c.Timeout)
 			}
-			if c.Duration > 0 && nanotime() > end {
+			if dur && nanotime() > end {
 				return errStopped
 			}
 		}
 	}
-	for i := 0; ; i++ {
-		if c.Duration == 0 && i == c.Iters {
-			break
-		}
-		if c.Duration > 0 && nanotime() > end {
-			break
-		}
-		if s.server {
-			if err := await(i); err != nil {
+	scnt, rcnt := 0, 0
+	for (!dur && (scnt < c.Iters || rcnt < c.Iters)) || (dur && nanotime() < end) {
+		if (dur || rcnt < c.Iters) && !(first && scnt == 0) {
+			rcnt++
+			if err := await(rcnt); err != nil {
 				if err == errStopped {
 					break
 				}
 				return Result{}, err
 			}
-			t0 := nanotime()
-			if err := post(i); err != nil {
+		}
+		if dur || scnt < c.Iters {
+			posts = append(posts, nanotime())
+			scnt++
+			if err := post(scnt); err != nil {
 				return Result{}, err
 			}
-			if err := reap(i); err != nil {
+			if err := reap(scnt); err != nil {
 				return Result{}, err
 			}
-			if i > 0 {
-				samples = append(samples, (t0-s.lastT)/2)
-			}
-			s.lastT = t0
-			continue
-		}
-		t0 := nanotime()
-		if err := post(i); err != nil {
-			return Result{}, err
-		}
-		if err := await(i); err != nil {
-			if err == errStopped {
-				break
-			}
-			return Result{}, err
-		}
-		samples = append(samples, (nanotime()-t0)/2)
-		if err := reap(i); err != nil {
-			return Result{}, err
 		}
 	}
-	return latResult(c.Test, size, samples), nil
+	samples := make([]int64, 0, len(posts))
+	for i := 1; i < len(posts); i++ {
+		samples = append(samples, (posts[i]-posts[i-1])/2)
+	}
+	r := latResult(c.Test, size, samples)
+	r.Iters = scnt
+	return r, nil
 }
 
 var errStopped = fmt.Errorf("perf: the peer ended the test")

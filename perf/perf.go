@@ -292,8 +292,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("perf: -D %v: negative duration", c.Duration)
 	case c.Duplex && c.Test.Latency():
 		return c, fmt.Errorf("perf: -b: Bidirectional is only available in BW test")
-	case c.Duplex && c.Test == SendBW:
-		return c, fmt.Errorf("perf: -b: bidirectional send_bw is not supported yet (write_bw, read_bw and atomic_bw are)")
 	case c.Test.Latency() && c.QPs > 1:
 		return c, fmt.Errorf("perf: -q %d: latency tests use one QP, as perftest", c.QPs)
 	}

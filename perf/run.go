@@ -182,8 +182,9 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 	}
 	s.peerIbex = remote.Ibex
 	peerGbits := remote.Ibex && remote.Test.Gbits
-	mtu = oob.Negotiate(local, remote).MTU
-	if err := s.setup(ctx, mtu); err != nil {
+	np := oob.Negotiate(local, remote)
+	mtu = np.MTU
+	if err := s.setup(ctx, np); err != nil {
 		return nil, err
 	}
 	w := opt.out()

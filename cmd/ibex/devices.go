@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 	"text/tabwriter"
 
@@ -308,7 +309,7 @@ func writeDeviceInfo(w io.Writer, d verbs.DeviceName, onlyPort int, verbose bool
 				port("phys_state", "%s (%d)", physStateName(pa.PhysState), pa.PhysState)
 			}
 			if pa.GIDTblLen > 0 {
-				port("GID[  0]", "%v", pa.GID)
+				port("GID[  0]", "%s", gidText(pa.GID, pa.LinkLayer))
 			}
 			for _, pc := range p.ctrs {
 				port(pc.Name, "%d", pc.Value)
@@ -317,6 +318,17 @@ func writeDeviceInfo(w io.Writer, d verbs.DeviceName, onlyPort int, verbose bool
 		ew.printf("\n")
 	}
 	return ew.err
+}
+
+// gidText is a GID as ibv_devinfo -v prints it (print_formated_gid): on
+// Ethernet a RoCE v2 GID is an IPv6 address in inet_ntop's form with the
+// type after it ("::ffff:10.0.0.1, RoCE v2"); on InfiniBand eight groups
+// of four hex digits.
+func gidText(g verbs.GID, linkLayer string) string {
+	if linkLayer != "Ethernet" {
+		return g.String()
+	}
+	return netip.AddrFrom16(g).String() + ", RoCE v2"
 }
 
 // widthName is the lane count of an ibv_port_attr.active_width code.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ibex-rdma/ibex/verbs"
 )
@@ -265,5 +266,32 @@ func TestDevices18FindDevice(t *testing.T) {
 		if got := editDistance(tc.a, tc.b); got != tc.d {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.d)
 		}
+	}
+}
+
+// ibv_devinfo -v prints a RoCE v2 GID as inet_ntop does, with its type
+// (rdma-core's print_formated_gid); an InfiniBand GID as eight groups.
+func TestDevices18GIDText(t *testing.T) {
+	for _, tc := range []struct {
+		gid, ll, want string
+	}{
+		{"::ffff:127.0.0.1", "Ethernet", "::ffff:127.0.0.1, RoCE v2"},
+		{"fe80::1", "Ethernet", "fe80::1, RoCE v2"},
+		{"fe80::1", "InfiniBand", "fe80:0000:0000:0000:0000:0000:0000:0001"},
+	} {
+		g, err := verbs.ParseGID(tc.gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := gidText(g, tc.ll); got != tc.want {
+			t.Errorf("gidText(%s, %s) = %q, want %q", tc.gid, tc.ll, got, tc.want)
+		}
+	}
+	out, errOut, code := runMainWithin(t, 20*time.Second, []string{"IBEX_UDP_ADDR=127.0.0.9"}, "devices", "-v", "-d", "udp0")
+	if code != 0 {
+		t.Fatalf("ibex devices -v -d udp0: exit %d: %s", code, errOut)
+	}
+	if want := "\t\t\tGID[  0]:\t\t::ffff:127.0.0.9, RoCE v2\n"; !strings.Contains(out, want) {
+		t.Errorf("ibex devices -v -d udp0 lacks %q:\n%s", want, out)
 	}
 }

@@ -123,7 +123,7 @@ func TestDevicesVerboseShowsQueryDevice(t *testing.T) {
 		"port1.gid_tbl_len":   fmt.Sprint(p.GIDTblLen),
 		"port1.link_layer":    p.LinkLayer,
 		"port1.active_speed":  p.ActiveSpeed,
-		"port1.GID[  0]":      p.GID.String(),
+		"port1.GID[  0]":      gidText(p.GID, p.LinkLayer),
 	}
 	got := parseDevinfo(t, out)
 	for k, v := range want {
@@ -143,7 +143,7 @@ func TestDevicesVerboseShowsQueryDevice(t *testing.T) {
 		"\tmax_qp_init_rd_atom:\t\t" + fmt.Sprint(a.MaxQPInitRdAtom) + "\n",
 		"\t\tport:\t1\n",
 		"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n",
-		"\t\t\tGID[  0]:\t\t" + p.GID.String() + "\n",
+		"\t\t\tGID[  0]:\t\t" + gidText(p.GID, p.LinkLayer) + "\n",
 	} {
 		if !strings.Contains(out, line) {
 			t.Errorf("output lacks line %q:\n%s", line, out)
