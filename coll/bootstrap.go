@@ -61,17 +61,39 @@ func ParseUniqueID(s string) (UniqueID, error) {
 // Env is a rank's place in a job, as a launcher describes it.
 type Env struct {
 	Rank, Size, LocalRank int
-	// Addr is the rendezvous (host:port): MASTER_ADDR:MASTER_PORT under
-	// torchrun; IBEX_RENDEZVOUS (or the flag given to FromEnv) otherwise.
-	Addr     string
+	// LocalSize is the number of ranks on this rank's host, when the
+	// launcher says (0: unknown).
+	LocalSize int
+	// Addr is the rendezvous (host:port): MASTER_ADDR:MASTER_PORT+1 under
+	// torchrun; IBEX_RENDEZVOUS (or the flag given to FromEnv); under
+	// Slurm on several nodes, the step's first node and a port derived
+	// from the job and step ids. Empty when File is set.
+	Addr string
+	// Listen, when set, is where rank 0 listens instead of Addr (":port",
+	// every interface, when Addr names a node of a node list).
+	Listen string
+	// File, on one host with no address given, is where rank 0 publishes
+	// the address it listens on (127.0.0.1, a free port) and the other
+	// ranks read it: a file named by the launcher's job id, in
+	// IBEX_RENDEZVOUS_DIR or the temporary directory.
+	File     string
+	JobID    string // the launcher's job (and step) id, when it gives one
 	Launcher string // "torchrun", "slurm", "openmpi", "mpich", "ibex"
 }
+
+// ErrNoLauncher is FromEnv's error when no launcher's variables are set
+// at all (as opposed to a launcher's environment that is incomplete).
+var ErrNoLauncher = errors.New("coll: no launcher environment (torchrun RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_PROCID/SLURM_NTASKS or PMI_RANK/PMI_SIZE)")
 
 // FromEnv reads the launcher's environment: torchrun (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI (OMPI_COMM_WORLD_RANK,
 // _SIZE, _LOCAL_RANK), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)
-// or MPICH (PMI_RANK, PMI_SIZE), in that order. Except under torchrun the
-// rendezvous address comes from rendezvous, else IBEX_RENDEZVOUS.
+// or MPICH (PMI_RANK, PMI_SIZE), in that order. The rendezvous address is
+// rendezvous, else IBEX_RENDEZVOUS, else what the launcher provides (see
+// launcherRendezvous): torchrun's MASTER_ADDR; on one host, a file keyed
+// by the job id; Slurm on several nodes, the first node of the step. A
+// launcher's environment it cannot find rank 0 from is an error naming
+// what to set; no launcher at all is ErrNoLauncher.
 func FromEnv(getenv func(string) string, rendezvous string) (Env, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -82,14 +104,12 @@ func FromEnv(getenv func(string) string, rendezvous string) (Env, error) {
 	type source struct {
 		name              string
 		rank, size, local string
-		needAddr          bool
-		addrFromMaster    bool
 	}
 	for _, s := range []source{
-		{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", false, true},
-		{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", true, false},
-		{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", true, false},
-		{"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", true, false},
+		{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+		{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+		{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+		{"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
 	} {
 		if getenv(s.rank) == "" || getenv(s.size) == "" {
 			continue
@@ -110,26 +130,12 @@ func FromEnv(getenv func(string) string, rendezvous string) (Env, error) {
 		if e.Size < 1 || e.Rank < 0 || e.Rank >= e.Size {
 			return e, fmt.Errorf("coll: %s environment: %s=%d with %s=%d: the rank must be in [0, size)", s.name, s.rank, e.Rank, s.size, e.Size)
 		}
-		if s.addrFromMaster && rendezvous == "" {
-			host, port := getenv("MASTER_ADDR"), getenv("MASTER_PORT")
-			if host == "" || port == "" {
-				return e, fmt.Errorf("coll: torchrun environment without MASTER_ADDR and MASTER_PORT")
-			}
-			// torchrun's own store uses MASTER_PORT; ibex rendezvous on the
-			// next port.
-			p, err := strconv.Atoi(port)
-			if err != nil || p < 1 || p > 65534 {
-				return e, fmt.Errorf("coll: MASTER_PORT=%q is not a port", port)
-			}
-			rendezvous = net.JoinHostPort(host, strconv.Itoa(p+1))
+		if err := launcherRendezvous(getenv, &e, rendezvous); err != nil {
+			return e, err
 		}
-		if rendezvous == "" {
-			return e, fmt.Errorf("coll: %s environment found (rank %d of %d) but no rendezvous address: set IBEX_RENDEZVOUS=host:port (reachable from every rank; rank 0 listens there)", s.name, e.Rank, e.Size)
-		}
-		e.Addr = rendezvous
 		return e, nil
 	}
-	return Env{}, errors.New("coll: no launcher environment (torchrun RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_PROCID/SLURM_NTASKS or PMI_RANK/PMI_SIZE)")
+	return Env{}, ErrNoLauncher
 }
 
 func envInt(getenv func(string) string, name string) (int, error) {
@@ -560,12 +566,12 @@ func LocalRanks(peers []Peer, rank int) []int {
 }
 
 // EnvUniqueID is the unique ID ranks started by a launcher share without
-// passing one around: the rendezvous address, and a magic derived from it
-// and the job size (so ranks of another job on the same address are
-// refused).
+// passing one around: the rendezvous address, and a magic derived from it,
+// the job size and the launcher's job id (so ranks of another job on the
+// same address are refused).
 func EnvUniqueID(e Env) UniqueID {
 	id := UniqueID{Addr: e.Addr}
-	sum := sha256.Sum256([]byte(fmt.Sprintf("ibex coll %s %d %s", e.Addr, e.Size, e.Launcher)))
+	sum := sha256.Sum256([]byte(fmt.Sprintf("ibex coll %s %d %s %s", e.Addr, e.Size, e.Launcher, e.JobID)))
 	copy(id.Magic[:], sum[:])
 	return id
 }

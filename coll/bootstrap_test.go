@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -114,6 +116,10 @@ func TestBootstrapMissingRanks(t *testing.T) {
 	}
 }
 
+func slurmPort(job string) string {
+	return strconv.Itoa(slurmPortBase + int(fnv32("slurm "+job)%slurmPortSpan))
+}
+
 func TestFromEnv(t *testing.T) {
 	env := func(kv ...string) func(string) string {
 		m := map[string]string{}
@@ -141,6 +147,31 @@ func TestFromEnv(t *testing.T) {
 		{"rank out of range", env("PMI_RANK", "4", "PMI_SIZE", "4", "IBEX_RENDEZVOUS", "x:9"), "", Env{}, "PMI_RANK=4"},
 		{"not a number", env("RANK", "x", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"), "", Env{}, `RANK="x"`},
 		{"nothing", env(), "", Env{}, "no launcher environment"},
+		// Issue 18: what each launcher provides when no address is given.
+		{"torchrun partial", env("RANK", "1", "WORLD_SIZE", "2"), "", Env{}, "without MASTER_ADDR and MASTER_PORT"},
+		{"openmpi one host", env("OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2", "OMPI_COMM_WORLD_LOCAL_RANK", "1",
+			"OMPI_COMM_WORLD_LOCAL_SIZE", "2", "OMPI_MCA_ess_base_jobid", "2091646977", "PMIX_NAMESPACE", "x", "IBEX_RENDEZVOUS_DIR", "/shared"), "",
+			Env{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, JobID: "2091646977", Launcher: "openmpi",
+				File: fmt.Sprintf("/shared/ibex-coll-%d-openmpi-2091646977-2.addr", os.Getuid())}, ""},
+		{"openmpi pmix namespace", env("OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "2", "OMPI_MCA_orte_num_nodes", "1",
+			"PMIX_NAMESPACE", "ns/1", "IBEX_RENDEZVOUS_DIR", "/d"), "",
+			Env{Rank: 0, Size: 2, JobID: "ns/1", Launcher: "openmpi", File: fmt.Sprintf("/d/ibex-coll-%d-openmpi-ns_1-2.addr", os.Getuid())}, ""},
+		{"openmpi two hosts", env("OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "4", "OMPI_COMM_WORLD_LOCAL_SIZE", "2",
+			"OMPI_MCA_ess_base_jobid", "7"), "", Env{}, "set IBEX_RENDEZVOUS=host:port (ibex coll: --rendezvous host:port)"},
+		{"openmpi two hosts, flag", env("OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "4", "OMPI_COMM_WORLD_LOCAL_SIZE", "2",
+			"OMPI_MCA_ess_base_jobid", "7"), "h:5", Env{Rank: 0, Size: 4, LocalSize: 2, JobID: "7", Addr: "h:5", Launcher: "openmpi"}, ""},
+		{"slurm one node", env("SLURM_PROCID", "2", "SLURM_NTASKS", "3", "SLURM_LOCALID", "2", "SLURM_JOB_ID", "41", "SLURM_STEP_ID", "0",
+			"SLURM_NNODES", "1", "SLURM_NODELIST", "n1", "IBEX_RENDEZVOUS_DIR", "/d"), "",
+			Env{Rank: 2, Size: 3, LocalRank: 2, LocalSize: 3, JobID: "41.0", Launcher: "slurm", File: fmt.Sprintf("/d/ibex-coll-%d-slurm-41.0-3.addr", os.Getuid())}, ""},
+		{"slurm node list", env("SLURM_PROCID", "1", "SLURM_NTASKS", "4", "SLURM_JOB_ID", "41", "SLURM_STEP_ID", "3",
+			"SLURM_STEP_NUM_NODES", "2", "SLURM_STEP_NODELIST", "gpu[07-08]", "SLURM_NODELIST", "gpu[01-08]"), "",
+			Env{Rank: 1, Size: 4, JobID: "41.3", Launcher: "slurm", Addr: "gpu07:" + slurmPort("41.3"), Listen: ":" + slurmPort("41.3")}, ""},
+		{"slurm node list, port", env("SLURM_PROCID", "0", "SLURM_NTASKS", "4", "SLURM_JOB_ID", "41", "SLURM_NODELIST", "a,b",
+			"IBEX_RENDEZVOUS_PORT", "9000"), "", Env{Rank: 0, Size: 4, JobID: "41.", Launcher: "slurm", Addr: "a:9000", Listen: ":9000"}, ""},
+		{"slurm rank 0 elsewhere", env("SLURM_PROCID", "0", "SLURM_NTASKS", "4", "SLURM_JOB_ID", "41", "SLURM_NODELIST", "a,b",
+			"SLURMD_NODENAME", "b"), "", Env{}, "not on the step's first node a"},
+		{"slurm bad node list", env("SLURM_PROCID", "0", "SLURM_NTASKS", "4", "SLURM_JOB_ID", "41", "SLURM_NODELIST", "a[3-1]"), "", Env{}, "IBEX_RENDEZVOUS"},
+		{"mpich without address", env("PMI_RANK", "0", "PMI_SIZE", "4"), "", Env{}, "IBEX_RENDEZVOUS=host:port"},
 	}
 	for _, c := range cases {
 		got, err := FromEnv(c.get, c.flag)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image/color"
 	"io"
@@ -89,8 +90,11 @@ func newCollCmd() *cobra.Command {
 			"(--save FILE keeps it; IBEX_COLL_MODEL=FILE uses it).\n\n" +
 			"With --np N, start N rank processes on this host (shared memory between them). Without it,\n" +
 			"run as one rank of a job started by torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT),\n" +
-			"srun or mpirun (with IBEX_RENDEZVOUS=host:port reachable by every rank); with no launcher\n" +
-			"either, start 2 local ranks. Rank 0 prints nccl-tests' table: size count type redop root,\n" +
+			"srun or mpirun: on one host the ranks meet through a file named by the job id (in\n" +
+			"IBEX_RENDEZVOUS_DIR, else the temporary directory); srun on several nodes at the first node of\n" +
+			"SLURM_NODELIST; mpirun on several hosts needs IBEX_RENDEZVOUS=host:port (or --rendezvous)\n" +
+			"reachable by every rank. With no launcher either, start 2 local ranks. Rank 0 prints\n" +
+			"nccl-tests' table: size count type redop root,\n" +
 			"then time algbw busbw #wrong out of place and in place, and the average bus bandwidth.\n\n" +
 			"With no COLLECTIVE: all_reduce from 8 bytes to 32 MiB, factor 2, on 2 local ranks.\n\n" +
 			"nccl-tests' other flags: -d all and -o all loop over the types and ops; -r -1 over the roots\n" +
@@ -223,11 +227,22 @@ func runColl(ctx context.Context, out, errOut io.Writer, name string, o collOpti
 	// The job's size, to check -r here, once, before any rank starts.
 	child := os.Getenv(collRankEnv) != ""
 	size := o.np
-	if !child && !o.npSet {
-		if env, err := coll.FromEnv(nil, o.rendezvous); err == nil {
+	if !child {
+		// Under a launcher, this process is one rank of the launcher's
+		// job: an incomplete launcher environment is an error (on every
+		// rank), never a job of its own. Only with no launcher at all
+		// does ibex start 2 local ranks by default.
+		env, err := coll.FromEnv(nil, o.rendezvous)
+		switch {
+		case err == nil && o.npSet && env.Size > 1:
+			return fmt.Errorf("coll: --np %d under %s, which started %d ranks: the launcher starts the ranks; drop --np", o.np, env.Launcher, env.Size)
+		case o.npSet:
+		case err == nil:
 			size = env.Size
-		} else {
+		case errors.Is(err, coll.ErrNoLauncher):
 			o.np, size = 2, 2 // no launcher: the built-in default
+		default:
+			return err
 		}
 	}
 	if child {
@@ -259,7 +274,7 @@ func runColl(ctx context.Context, out, errOut io.Writer, name string, o collOpti
 	if o.timeout.d > 0 {
 		sctx, cancel = context.WithTimeout(ctx, o.timeout.d)
 	}
-	c, err := coll.NewComm(sctx, coll.EnvUniqueID(env), env.Rank, env.Size, coll.Options{Transport: o.transport})
+	c, err := coll.NewCommEnv(sctx, env, coll.Options{Transport: o.transport})
 	cancel()
 	if err != nil {
 		return err
@@ -284,8 +299,12 @@ func runColl(ctx context.Context, out, errOut io.Writer, name string, o collOpti
 	var rows []coll.BenchRow
 	row := func(r coll.BenchRow) {
 		rows = append(rows, r)
-		if !o.asJSON {
+		switch {
+		case o.asJSON:
+		case cfg.Check:
 			coll.WriteBenchRow(out, r)
+		default:
+			coll.WriteBenchRowUnchecked(out, r) // -c 0: #wrong is N/A, as in nccl-tests
 		}
 	}
 	// nccl-tests' order: per type, per op (per root), the sweep -N times.
@@ -445,7 +464,7 @@ func runCalibrate(ctx context.Context, out io.Writer, env coll.Env, o collOption
 		cctx, cancel = context.WithTimeout(ctx, o.timeout.d)
 	}
 	defer cancel()
-	c, err := coll.NewComm(cctx, coll.EnvUniqueID(env), env.Rank, env.Size, coll.Options{Transport: o.transport})
+	c, err := coll.NewCommEnv(cctx, env, coll.Options{Transport: o.transport})
 	if err != nil {
 		return err
 	}
