@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,9 +22,11 @@ import (
 	"github.com/ibex-rdma/ibex/coll/algo"
 	"github.com/ibex-rdma/ibex/internal/units"
 	"github.com/ibex-rdma/ibex/sim/des"
+	"github.com/ibex-rdma/ibex/sim/experiment"
 	"github.com/ibex-rdma/ibex/sim/fabric"
 	"github.com/ibex-rdma/ibex/sim/flow"
 	"github.com/ibex-rdma/ibex/sim/packet"
+	"github.com/ibex-rdma/ibex/sim/place"
 	"github.com/ibex-rdma/ibex/sim/topo"
 )
 
@@ -161,430 +161,215 @@ func newSimRunCmd() *cobra.Command {
 }
 
 // simRow is one size's result, as --json prints it.
-type simRow struct {
-	Name        string    `json:"name"`
-	Engine      string    `json:"engine"`
-	Seed        uint64    `json:"seed"`
-	Ranks       int       `json:"ranks"`
-	Bytes       int64     `json:"bytes"`
-	TimeUS      float64   `json:"time_us"`
-	AlgBW       float64   `json:"algbw_GBps"`
-	BusBW       float64   `json:"busbw_GBps"`
-	BusBWPerNIC float64   `json:"busbw_per_nic_GBps"`
-	WaitUS      float64   `json:"credit_wait_us"` // InfiniBand; with RoCE the PFC pause time
-	PauseFrames int64     `json:"pfc_pause_frames,omitempty"`
-	Drops       int64     `json:"drops,omitempty"`
-	ECNMarks    int64     `json:"ecn_marks,omitempty"`
-	CNPs        int64     `json:"cnps,omitempty"`
-	Lost        int64     `json:"lost_packets,omitempty"`
-	MaxBuffer   int64     `json:"max_buffer_bytes"`
-	Packets     int64     `json:"packets"`
-	Events      uint64    `json:"events"` // packet: events handled; flow: max-min solves
-	Routing     string    `json:"routing"`
-	IterUS      []float64 `json:"iteration_us,omitempty"` // each iteration's length
-	BaseTimeUS  float64   `json:"time_without_failures_us,omitempty"`
-	ItersHit    int       `json:"iterations_slowed,omitempty"`
-	WallS       float64   `json:"wall_s"`
-	EventsPerS  float64   `json:"events_per_s"`
-	Links       []link    `json:"hottest_links"`
-}
+type simRow = experiment.Row
 
-type link struct {
-	Port   string  `json:"port"`
-	Tier   string  `json:"tier"`
-	Bytes  int64   `json:"bytes"`
-	Util   float64 `json:"utilisation"`
-	WaitUS float64 `json:"credit_wait_us"` // with RoCE the PFC pause time
-	Drops  int64   `json:"drops,omitempty"`
-	Failed bool    `json:"failed,omitempty"`
-}
-
+// runSimRun is `ibex sim run`: the flags checked (each error naming its
+// flag) and turned into an experiment.Config, then one experiment per
+// routing of --routing, its report printed as the rows come (or as JSON
+// at the end).
 func runSimRun(out, errOut io.Writer, path, what string, o simRunOptions) error {
 	if err := checkSimRunFlags(o); err != nil {
 		return err
 	}
+	// Every routing's parameters are checked before the first runs.
+	routings := []string{o.routing}
 	if rs := strings.Split(o.routing, ","); len(rs) > 1 {
-		// Every routing's parameters are checked before the first runs.
-		for _, r := range rs {
-			o2 := o
-			o2.routing = strings.TrimSpace(r)
-			if _, err := simParams(o2); err != nil {
-				return err
-			}
+		routings = rs
+		for i := range rs {
+			routings[i] = strings.TrimSpace(rs[i])
 		}
-		// One report per routing, one after the other.
-		for _, r := range rs {
-			o2 := o
-			o2.routing = strings.TrimSpace(r)
-			if err := runSimRun(out, errOut, path, what, o2); err != nil {
-				return err
-			}
-		}
-		return nil
 	}
-	s, err := topo.Load(path)
+	params := make([]fabric.Params, len(routings))
+	for i, r := range routings {
+		o2 := o
+		o2.routing = r
+		p, err := simParams(o2)
+		if err != nil {
+			return err
+		}
+		params[i] = p
+	}
+	cfg, err := simRunConfig(path, what, o)
 	if err != nil {
 		return err
 	}
+	if !o.asJSON {
+		cfg.Out = out
+	}
+	if o.progress && errOut != nil {
+		cfg.Progress = func(label string) func(packet.Progress) { return newSimProgress(errOut, label).report }
+	}
+	// One report per routing, one after the other.
+	for _, p := range params {
+		cfg.Params = p
+		res, err := experiment.Run(cfg)
+		if res == nil {
+			return fmt.Errorf("sim run: %w", err)
+		}
+		if res.TraceDropped > 0 && errOut != nil {
+			fmt.Fprintf(errOut, "ibex sim run: --trace %s: %d step spans written, %d later ones dropped (the limit; raise it with --trace-limit)\n",
+				o.trace, res.TraceSpans, res.TraceDropped)
+		}
+		if err != nil {
+			return err // writing the report
+		}
+		if o.asJSON {
+			if err := res.WriteJSON(out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// simRunConfig loads the topology and turns the flags that need it (and
+// the sizes) into an experiment, each error naming its flag. The params
+// are left for the caller.
+func simRunConfig(path, what string, o simRunOptions) (experiment.Config, error) {
+	var cfg experiment.Config
+	s, err := topo.Load(path)
+	if err != nil {
+		return cfg, err
+	}
 	g, err := s.Build()
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return cfg, fmt.Errorf("%s: %w", path, err)
 	}
 	ranks := o.gpus
 	if ranks == 0 {
 		ranks = g.NumGPUs()
 	}
 	if ranks < 1 || ranks > g.NumGPUs() {
-		return fmt.Errorf("sim run: --gpus %d: %s has %d GPUs", o.gpus, path, g.NumGPUs())
+		return cfg, fmt.Errorf("sim run: --gpus %d: %s has %d GPUs", o.gpus, path, g.NumGPUs())
 	}
+	gpn := g.GPUsOnHost()
 	var on []int32
 	if o.on != "" {
 		if o.gpus != 0 {
-			return fmt.Errorf("sim run: --gpus and --on: give one")
+			return cfg, fmt.Errorf("sim run: --gpus and --on: give one")
 		}
 		if on, err = parseGPUList(o.on, g.NumGPUs()); err != nil {
-			return err
+			return cfg, err
+		}
+		if _, err := place.New(on, len(on), g.NumGPUs(), gpn); err != nil && gpn > 0 {
+			return cfg, fmt.Errorf("sim run: --on %q: %w", o.on, err)
 		}
 		ranks = len(on)
 	}
-	sched, name, err := simSchedule(what, o.algo, ranks, o.pipeline, o.seed)
+	w, err := simWorkload(what, o.algo, o.pipeline)
 	if err != nil {
-		return err
+		return cfg, err
 	}
-	p, err := simParams(o)
+	sched, _, err := simSchedule(what, o.algo, ranks, o.pipeline, o.seed)
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	fails, err := parseFailures(g, o.fail)
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	sw, err := parseSwitchFailures(g, o.failSwitch)
 	if err != nil {
-		return err
+		return cfg, err
 	}
-	linkFails := len(fails)
-	fails = append(fails, sw...)
-	compare := len(fails) > 0 || o.failRandom > 0
 	lo, err := units.ParseBytes(o.min)
 	if err != nil {
-		return fmt.Errorf("sim run: -b %q: %w", o.min, err)
+		return cfg, fmt.Errorf("sim run: -b %q: %w", o.min, err)
 	}
 	hi := lo
 	if o.max != "" {
 		if hi, err = units.ParseBytes(o.max); err != nil {
-			return fmt.Errorf("sim run: -e %q: %w", o.max, err)
+			return cfg, fmt.Errorf("sim run: -e %q: %w", o.max, err)
 		}
 	}
 	if lo < 0 || hi < lo {
-		return fmt.Errorf("sim run: sizes -b %s -e %s: want 0 <= min <= max", o.min, o.max)
+		return cfg, fmt.Errorf("sim run: sizes -b %s -e %s: want 0 <= min <= max", o.min, o.max)
 	}
-	gpn := g.GPUsOnHost()
 	if gpn == 0 {
-		return fmt.Errorf("sim run: %s: hosts with different numbers of NICs; the workload needs the same number on every host", path)
+		return cfg, fmt.Errorf("sim run: %s: hosts with different numbers of NICs; the workload needs the same number on every host", path)
 	}
-	perHost := min(ranks, gpn)
-	nch := o.channels
-	if nch == 0 {
-		nch = gpn * max(g.Planes, 1)
-	}
-	ew := &errWriter{w: out}
-	if !o.asJSON {
-		c := g.Counts()
-		ew.printf("# ibex sim: %s (%s): %d hosts, %d GPUs, %d switches, %v links\n",
-			c.Name, topoShape(c), c.Hosts, c.GPUs, c.Switches.Total, c.Capacity.Of(topo.LinkHostLeaf)/topo.Rate(max(c.Links.Of(topo.LinkHostLeaf), 1)))
-		if o.hier {
-			ew.printf("# hierarchical: ring reduce-scatter in each host, %s across hosts per rail, ring all-gather in each host\n", name)
-		}
-		p, err := fabric.CheckParams(p) // the values the engine will use
-		if err != nil {
-			return err
-		}
-		lanes := fmt.Sprintf("%d VL(s), buffer %s/VL", p.VLs, units.FormatBytes(int64(p.Buffer)))
-		if p.LinkLayer == fabric.LinkRoCE {
-			lanes = fmt.Sprintf("RoCEv2, %d priorities, PFC Xoff %s, congestion control %v", p.VLs, units.FormatBytes(int64(p.PFCXoff)), p.CC)
-		}
-		ew.printf("# %s over %d GPUs, %d channel(s), %s, %v routing, chunk %s, %d slots, %d QP(s)/connection, %s, seed %d\n",
-			name, ranks, nch, map[bool]string{true: "own NIC", false: "PXN"}[o.localNIC], p.Routing,
-			units.FormatBytes(int64(p.Chunk)), p.Slots, p.QPsPerConn, lanes, o.seed)
-		for _, f := range fails[:linkFails] {
-			ew.printf("# link %s fails at %v\n", g.LinkName(f.Link), f.At)
-		}
-		for _, f := range o.failSwitch {
-			name, when, _ := strings.Cut(f, "@")
-			ew.printf("# switch %s fails at %s (all its links)\n", name, when)
-		}
-		if o.iters > 1 {
-			ew.printf("# %d iterations back to back; time and bandwidth are per iteration\n", o.iters)
-		}
-		ev, evs := "events", "Mev/s"
-		if o.engine == "flow" {
-			ev, evs = "solves", "Msolve/s"
-		}
-		wait := "creditwait(us)"
-		if p.LinkLayer == fabric.LinkRoCE {
-			wait = "pause(us)"
-		}
-		ew.printf("# engine %s\n#\n# %12s %12s %12s %12s %12s %14s %12s %8s %8s", o.engine, "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/NIC", wait, ev, "wall(s)", evs)
-		if o.seeds > 1 {
-			ew.printf(" %8s", "seed")
-		}
-		ew.printf("\n")
-	}
-	var rows []simRow
-	var lastPorts []fabric.PortStat
-	for size := lo; size <= hi; size *= o.factor {
-		var times []float64
-		for k := range o.seeds {
-			seed := o.seed + uint64(k)
-			if k > 0 && o.seeds > 1 && what == "permutation" {
-				if sched, _, err = simSchedule(what, o.algo, ranks, o.pipeline, seed); err != nil {
-					return err
-				}
-			}
-			cfg := packet.Config{Graph: g, Params: p, Seed: seed, Schedule: sched, Name: name, Bytes: size,
-				Channels: o.channels, LocalNIC: o.localNIC, Failures: fails, GPUs: on}
-			var base simRow
-			if compare {
-				// The same run without failures, to measure what they cost.
-				bc := cfg
-				bc.Failures = nil
-				if base, _, err = simOne(bc, o, false, errOut); err != nil {
-					return fmt.Errorf("sim run: %s, %d bytes, seed %d, without failures: %w", name, size, seed, err)
-				}
-				if o.failRandom > 0 {
-					window := des.Time(o.failWindow.Nanoseconds()) * des.Nanosecond
-					if window == 0 {
-						window = des.Time(base.TimeUS*float64(o.iters)*float64(des.Microsecond)) + 1
-					}
-					rf, err := flow.RandomFailures(g, o.failRandom, window, seed)
-					if err != nil {
-						return fmt.Errorf("sim run: --fail-random: %w", err)
-					}
-					cfg.Failures = append(slices.Clone(fails), rf...)
-					for _, f := range rf {
-						if !o.asJSON {
-							ew.printf("# seed %d: link %s fails at %v\n", seed, g.LinkName(f.Link), f.At)
-						}
-					}
-				}
-			}
-			row, ports, err := simOne(cfg, o, size*o.factor > hi && k == o.seeds-1, errOut)
-			if err != nil {
-				return fmt.Errorf("sim run: %s, %d bytes, seed %d: %w", name, size, seed, err)
-			}
-			if compare {
-				row.BaseTimeUS = base.TimeUS
-				var hit []string
-				for i := range min(len(row.IterUS), len(base.IterUS)) {
-					if row.IterUS[i] > base.IterUS[i] {
-						hit = append(hit, strconv.Itoa(i+1))
-					}
-				}
-				row.ItersHit = len(hit)
-				if !o.asJSON {
-					h := "none"
-					if len(hit) > 0 {
-						h = strings.Join(hit, ",")
-					}
-					ew.printf("# failures, %v routing: %.1f us without, %.1f us with (%+.2f%%); iterations slowed: %s of %d\n",
-						p.Routing, base.TimeUS*float64(o.iters), row.TimeUS*float64(o.iters), 100*(row.TimeUS/base.TimeUS-1), h, o.iters)
-				}
-			}
-			row.BusBWPerNIC = row.BusBW / float64(perHost)
-			row.Seed = seed
-			for i, ps := range ports {
-				if i == o.top {
-					break
-				}
-				w := ps.Wait
-				if p.LinkLayer == fabric.LinkRoCE {
-					w = ps.PauseTime
-				}
-				row.Links = append(row.Links, link{Port: ps.Name, Tier: ps.Tier.String(), Bytes: ps.Bytes, Util: ps.Util,
-					WaitUS: float64(w) / float64(des.Microsecond), Drops: ps.Drops, Failed: ps.Failed})
-			}
-			lastPorts = ports
-			rows = append(rows, row)
-			times = append(times, row.TimeUS)
-			if !o.asJSON {
-				ew.printf("  %12d %12.1f %12.2f %12.2f %12.2f %14.1f %12d %8.2f %8.2f", size, row.TimeUS, row.AlgBW, row.BusBW,
-					row.BusBWPerNIC, row.WaitUS, row.Events, row.WallS, row.EventsPerS/1e6)
-				if o.seeds > 1 {
-					ew.printf(" %8d", seed)
-				}
-				ew.printf("\n")
-			}
-		}
-		if len(times) > 1 && !o.asJSON {
-			sort.Float64s(times)
-			med := times[len(times)/2]
-			ew.printf("# %d seeds from %d: time min %.1f, median %.1f, max %.1f us (max %+.1f%% over min)\n",
-				len(times), o.seed, times[0], med, times[len(times)-1], 100*(times[len(times)-1]/times[0]-1))
-		}
-		if size == 0 {
-			break
+	if o.hier {
+		if err := checkHier(g, sched, on); err != nil {
+			return cfg, fmt.Errorf("sim run: %w", err)
 		}
 	}
-	if o.asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"topology": path, "rows": rows, "peak_rss_bytes": peakRSS()})
-	}
-	if o.top > 0 && len(lastPorts) > 0 {
-		ew.printf("#\n# hottest links (last size; busiest first; utilisation over the whole run)\n")
-		wait := "creditwait(us)"
-		if p.LinkLayer == fabric.LinkRoCE {
-			wait = "pause(us)"
-		}
-		ew.printf("# %-44s %-10s %12s %6s %14s\n", "port -> port", "tier", "bytes", "util", wait)
-		for _, l := range rows[len(rows)-1].Links {
-			mark := ""
-			if l.Failed {
-				mark = "  FAILED"
-			}
-			ew.printf("# %-44s %-10s %12d %5.1f%% %14.1f%s\n", l.Port, l.Tier, l.Bytes, 100*l.Util, l.WaitUS, mark)
+	if o.failRandom > 0 {
+		if _, err := flow.RandomFailures(g, o.failRandom, 1, o.seed); err != nil {
+			return cfg, fmt.Errorf("sim run: --fail-random: %w", err)
 		}
 	}
-	ew.printf("# peak memory (max RSS) %.1f MiB\n", float64(peakRSS())/(1<<20))
-	return ew.err
+	engine, _ := experiment.ParseEngine(o.engine) // checked by checkSimRunFlags
+	return experiment.Config{Graph: g, Topology: path, Workload: w, Hier: o.hier, GPUs: o.gpus, On: on,
+		Channels: o.channels, LocalNIC: o.localNIC, Engine: engine, MinBytes: lo, MaxBytes: hi, Factor: o.factor,
+		Seed: o.seed, Seeds: o.seeds, Iterations: o.iters, Failures: fails, SwitchFailures: sw,
+		RandomFailures: o.failRandom, FailWindow: des.Time(o.failWindow.Nanoseconds()) * des.Nanosecond,
+		Trace: o.trace, TraceLimit: o.traceLimit, Top: o.top}, nil
 }
 
-// peakRSS is the process's peak resident set, from getrusage.
-func peakRSS() int64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
+// checkHier checks that --hier can run sched: all_reduce by ring or tree
+// over whole hosts.
+func checkHier(g *topo.Graph, sched *algo.Schedule, on []int32) error {
+	gpn := g.GPUsOnHost()
+	if c, a := sched.Collective, sched.Algorithm; c != algo.AllReduce || (a != algo.Ring && a != algo.Tree) || on != nil || gpn == 0 || sched.Ranks%gpn != 0 {
+		return fmt.Errorf("--hier: all_reduce with --algo ring or tree over whole hosts (--gpus a multiple of %d)", gpn)
 	}
-	return ru.Maxrss * 1024
+	return nil
 }
 
-// simOne runs one size with one seed on the chosen engine. trace says
-// whether this run writes the trace file; notes (spans the trace dropped)
-// go to errOut.
-func simOne(cfg packet.Config, o simRunOptions, trace bool, errOut io.Writer) (simRow, []fabric.PortStat, error) {
-	row := simRow{Engine: o.engine, Bytes: cfg.Bytes, Routing: cfg.Params.Routing.String()}
-	switch o.engine {
-	case "packet":
-		if o.hier {
-			return row, nil, fmt.Errorf("--hier needs --engine flow")
-		}
-		if trace && o.trace != "" {
-			f, err := os.Create(o.trace)
-			if err != nil {
-				return row, nil, fmt.Errorf("--trace: %w", err)
-			}
-			defer f.Close()
-			cfg.Trace = f
-		}
-		cfg.Iterations = o.iters
-		cfg.TraceLimit = o.traceLimit
-		var pr *simProgress
-		if o.progress && errOut != nil {
-			pr = newSimProgress(errOut, fmt.Sprintf("%s %s seed %d", cfg.Name, units.FormatBytes(cfg.Bytes), cfg.Seed))
-			cfg.OnProgress = pr.report
-		}
-		res, err := packet.Run(cfg)
-		if pr != nil {
-			pr.finish(err == nil)
-		}
-		if err != nil {
-			return row, nil, err
-		}
-		if res.TraceDropped > 0 && errOut != nil {
-			fmt.Fprintf(errOut, "ibex sim run: --trace %s: %d step spans written, %d later ones dropped (the limit; raise it with --trace-limit)\n",
-				o.trace, res.TraceSpans, res.TraceDropped)
-		}
-		row.Name, row.Ranks = res.Name, res.Ranks
-		row.TimeUS = float64(res.Time) / float64(des.Microsecond) / float64(len(res.Iters))
-		row.AlgBW, row.BusBW = res.AlgBW/1e9, res.BusBW/1e9
-		row.WaitUS, row.MaxBuffer, row.Packets = float64(res.Wait)/float64(des.Microsecond), res.MaxBuffer, res.Packets
-		if cfg.Params.LinkLayer == fabric.LinkRoCE {
-			row.WaitUS = float64(res.PauseTime) / float64(des.Microsecond)
-		}
-		row.PauseFrames, row.Drops, row.ECNMarks, row.CNPs, row.Lost = res.PauseFrames, res.Drops, res.ECNMarks, res.CNPs, res.LostPkts
-		row.Events, row.WallS, row.EventsPerS = res.Events, res.Wall.Seconds(), res.EventsPerSec()
-		var prev des.Time
-		for _, e := range res.Iters {
-			row.IterUS = append(row.IterUS, float64(e-prev)/float64(des.Microsecond))
-			prev = e
-		}
-		return row, res.Ports, nil
-	case "flow":
-		if o.trace != "" {
-			return row, nil, fmt.Errorf("--trace needs --engine packet")
-		}
-		fc := flow.Config{Graph: cfg.Graph, Params: cfg.Params, Seed: cfg.Seed, LocalNIC: cfg.LocalNIC, Failures: cfg.Failures,
-			Name: cfg.Name, Ranks: cfg.Schedule.Ranks, Bytes: cfg.Bytes, Collective: cfg.Schedule.Collective, Iterations: o.iters}
-		if o.hier {
-			gpn := cfg.Graph.GPUsOnHost()
-			c, a := cfg.Schedule.Collective, cfg.Schedule.Algorithm
-			if c != algo.AllReduce || (a != algo.Ring && a != algo.Tree) || cfg.GPUs != nil || cfg.Schedule.Ranks%gpn != 0 {
-				return row, nil, fmt.Errorf("--hier: all_reduce with --algo ring or tree over whole hosts (--gpus a multiple of %d)", gpn)
-			}
-			ph, err := flow.Hierarchical(a, cfg.Schedule.Ranks/gpn, gpn, cfg.Bytes, o.pipeline)
-			if err != nil {
-				return row, nil, err
-			}
-			fc.Phases, fc.Name = ph, "hierarchical "+cfg.Name
-		} else {
-			fc.Phases = []flow.Phase{{Schedule: cfg.Schedule, Bytes: cfg.Bytes, Groups: gpuGroups(cfg.GPUs), Channels: cfg.Channels}}
-		}
-		res, err := flow.Run(fc)
-		if err != nil {
-			return row, nil, err
-		}
-		row.Name, row.Ranks = res.Name, res.Ranks
-		row.TimeUS = float64(res.Time) / float64(des.Microsecond) / float64(len(res.Iters))
-		row.AlgBW, row.BusBW = res.AlgBW/1e9, res.BusBW/1e9
-		var prev des.Time
-		for _, e := range res.Iters {
-			row.IterUS = append(row.IterUS, float64(e-prev)/float64(des.Microsecond))
-			prev = e
-		}
-		row.Events, row.WallS = uint64(res.Solves), res.Wall.Seconds()
-		row.EventsPerS = float64(res.Solves) / res.Wall.Seconds()
-		return row, res.Ports, nil
+// simOne runs one size with one seed on o's engine: sim sweep's rows,
+// without a trace or progress (trace and errOut are not used).
+func simOne(cfg packet.Config, o simRunOptions, _ bool, _ io.Writer) (simRow, []fabric.PortStat, error) {
+	e, err := experiment.ParseEngine(o.engine)
+	if err != nil {
+		return simRow{}, nil, fmt.Errorf("--engine %q: want packet or flow", o.engine)
 	}
-	return row, nil, fmt.Errorf("--engine %q: want packet or flow", o.engine)
+	if o.hier {
+		if e != experiment.EngineFlow {
+			return simRow{}, nil, fmt.Errorf("--hier needs --engine flow")
+		}
+		if err := checkHier(cfg.Graph, cfg.Schedule, cfg.GPUs); err != nil {
+			return simRow{}, nil, err
+		}
+	}
+	cfg.Iterations = o.iters
+	return experiment.Point{Config: cfg, Engine: e, Hier: o.hier, Pipeline: o.pipeline}.Run()
 }
 
-func gpuGroups(gpus []int32) [][]int32 {
-	if gpus == nil {
-		return nil
+// simWorkload reads a collective (with --algo) or a pattern.
+func simWorkload(what, algoName string, pipeline int) (experiment.Workload, error) {
+	w := experiment.Workload{Pipeline: pipeline}
+	if pat, err := packet.ParsePattern(what); err == nil {
+		if algoName != "" {
+			return w, fmt.Errorf("sim run: --algo %s: %s is a pattern, not a collective", algoName, what)
+		}
+		w.Pattern = pat
+		return w, nil
 	}
-	return [][]int32{gpus}
+	c, err := algo.ParseCollective(strings.TrimSuffix(what, "_perf"))
+	if err != nil {
+		return w, fmt.Errorf("sim run: %q is neither a collective (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all) nor a pattern (alltoall, incast, permutation)", what)
+	}
+	w.Collective = c
+	if algoName != "" {
+		if w.Algorithm, err = algo.ParseAlgorithm(algoName); err != nil {
+			return w, fmt.Errorf("sim run: --algo: %w", err)
+		}
+	}
+	return w, nil
 }
 
 // simSchedule makes the schedule of a collective (with an algorithm) or
 // a pattern, and its name for reports.
 func simSchedule(what, algoName string, ranks, pipeline int, seed uint64) (*algo.Schedule, string, error) {
-	if pat, err := packet.ParsePattern(what); err == nil {
-		if algoName != "" {
-			return nil, "", fmt.Errorf("sim run: --algo %s: %s is a pattern, not a collective", algoName, what)
-		}
-		s, err := packet.PatternSchedule(pat, ranks, seed)
-		return s, pat.String(), err
-	}
-	c, err := algo.ParseCollective(strings.TrimSuffix(what, "_perf"))
+	w, err := simWorkload(what, algoName, pipeline)
 	if err != nil {
-		return nil, "", fmt.Errorf("sim run: %q is neither a collective (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all) nor a pattern (alltoall, incast, permutation)", what)
+		return nil, "", err
 	}
-	if algoName == "" {
-		algoName = "ring"
-		if c == algo.AllToAll {
-			algoName = "direct"
-		}
-	}
-	a, err := algo.ParseAlgorithm(algoName)
-	if err != nil {
-		return nil, "", fmt.Errorf("sim run: --algo: %w", err)
-	}
-	s, err := algo.Generate(c, a, ranks, 0, pipeline)
-	if err != nil {
+	s, name, err := w.Schedule(ranks, seed)
+	if err != nil && w.Pattern == 0 {
 		return nil, "", fmt.Errorf("sim run: %w", err)
 	}
-	return s, fmt.Sprintf("%v %v", a, c), nil
+	return s, name, err
 }
 
 // simParams turns the flags into checked fabric parameters: each flag's
@@ -750,8 +535,8 @@ func parseGPUList(s string, total int) ([]int32, error) {
 }
 
 // parseSwitchFailures reads --fail-switch values: NAME@TIME.
-func parseSwitchFailures(g *topo.Graph, specs []string) ([]fabric.Failure, error) {
-	var out []fabric.Failure
+func parseSwitchFailures(g *topo.Graph, specs []string) ([]experiment.SwitchFailure, error) {
+	var out []experiment.SwitchFailure
 	for _, s := range specs {
 		what, when, ok := strings.Cut(s, "@")
 		d, err := time.ParseDuration(when)
@@ -768,11 +553,7 @@ func parseSwitchFailures(g *topo.Graph, specs []string) ([]fabric.Failure, error
 		if sw < 0 {
 			return nil, fmt.Errorf("sim run: --fail-switch %q: no switch %q (switches are named like leaf0, spine3, core7)", s, what)
 		}
-		fs, err := flow.SwitchFailure(g, sw, des.Time(d.Nanoseconds())*des.Nanosecond)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, fs...)
+		out = append(out, experiment.SwitchFailure{Switch: what, At: des.Time(d.Nanoseconds()) * des.Nanosecond, When: when})
 	}
 	return out, nil
 }

@@ -1,5 +1,10 @@
 package topo
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Counts summarises a graph: what a cluster plan is priced and sized by.
 type Counts struct {
 	Name  string `json:"name,omitempty"`
@@ -126,4 +131,35 @@ func (g *Graph) Counts() Counts {
 		c.Bisection = cut / 2
 	}
 	return c
+}
+
+// Shape is the kind and switch tiers of the topology, as reports name it:
+// "fattree, 3 switch tiers", or for an explicit one the tiers its
+// switches declare, "explicit, 2 switch tiers: leaf, spine" (untiered
+// switches are listed but not counted as a tier).
+func (c Counts) Shape() string {
+	if c.Tiers > 0 {
+		return fmt.Sprintf("%s, %d switch tiers", c.Kind, c.Tiers)
+	}
+	var tiers []string
+	for _, t := range []struct {
+		name string
+		n    int
+	}{{"leaf", c.Switches.Leaf}, {"spine", c.Switches.Spine}, {"core", c.Switches.Core}, {"untiered", c.Switches.Untiered}} {
+		if t.n > 0 {
+			tiers = append(tiers, t.name)
+		}
+	}
+	if len(tiers) == 0 {
+		return c.Kind + ", no switches"
+	}
+	n := len(tiers)
+	if c.Switches.Untiered > 0 {
+		n--
+	}
+	s := "s"
+	if n == 1 {
+		s = ""
+	}
+	return fmt.Sprintf("%s, %d switch tier%s: %s", c.Kind, n, s, strings.Join(tiers, ", "))
 }
