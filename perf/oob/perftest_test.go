@@ -13,13 +13,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ibex-rdma/ibex/internal/perftestrun"
 )
 
 // The real thing: Debian's perftest 4.5 binaries (ib_write_bw, ...) against
-// this package. They need an RDMA device before they open the socket, so
-// they run on testdata/fakeverbs, a stand-in libibverbs loaded with
-// LD_PRELOAD: one RoCE device whose sends and receives complete at once and
-// move no data. Only the TCP exchange is real, which is what is tested here.
+// this package. They need an RDMA device before they open the socket.
+// TestRealPerftest runs them on testdata/fakeverbs, a stand-in libibverbs
+// loaded with LD_PRELOAD: one RoCE device whose sends and receives complete
+// at once and move no data, since its ibex end has no QPs (it only speaks
+// the exchange); only the TCP exchange is real, which is what is tested
+// here. perftest's data phase against real ibex QPs is package perf's
+// (ibex perf against perftest) and internal/perftestrun's (perftest against
+// perftest over ibex). TestRealPerftestQPMismatch needs no data phase and
+// runs on internal/perftestrun's libibexverbs.so, a real ibex device.
 // Skipped unless the binaries and gcc with the verbs headers are installed
 // (apt-get install perftest libibverbs-dev).
 
@@ -196,11 +203,15 @@ func realPerftest(t *testing.T, so string, test Test, args []string, ibexServer 
 }
 
 // A real perftest server with one QP against an ibex client with two: the
-// server's second round arrives as QP 1, which the client reports.
+// server's second round arrives as QP 1, which the client reports. The
+// server runs on internal/perftestrun's libibexverbs.so, a real ibex device
+// (udp0 on its own address): only the exchange is needed here, and the
+// data-less stand-in is not.
 func TestRealPerftestQPMismatch(t *testing.T) {
-	so := fakeVerbs(t)
-	port := freePort(t)
-	run := startPerftest(t, so, "ib_write_bw", "-p", strconv.Itoa(port))
+	lib := perftestrun.Build(t)
+	port := perftestrun.FreePort(t)
+	run := perftestrun.Start(t, lib, []string{"IBEX_UDP_ADDR=127.0.73.2"}, "ib_write_bw",
+		"--use_old_post_send", "-F", "-d", "udp0", "-p", strconv.Itoa(port))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var c *Conn
@@ -221,11 +232,9 @@ func TestRealPerftestQPMismatch(t *testing.T) {
 	}
 	t.Log(err)
 	// perftest fails on the closed socket and exits.
-	select {
-	case err := <-run.err:
-		run.err <- err
+	if err := run.Wait(10 * time.Second); err == nil || strings.Contains(err.Error(), "still running") {
+		t.Errorf("ib_write_bw after the ibex end closed: %v, want a failed exit", err)
+	} else {
 		t.Logf("ib_write_bw: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Error("ib_write_bw did not exit after the ibex end closed")
 	}
 }
