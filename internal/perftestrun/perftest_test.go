@@ -1,9 +1,13 @@
 package perftestrun
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -227,5 +231,123 @@ func TestPerftestMRBounds(t *testing.T) {
 	}
 	if err := server.Wait(10 * time.Second); err != nil {
 		t.Fatalf("server: %v", err)
+	}
+}
+
+// Verbs called wrongly (testdata/misuse/misuse.c) fail with libibverbs'
+// errno, and bad_wr names the bad request, without crashing the program.
+func TestMisuse(t *testing.T) {
+	lib := Build(t)
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc")
+	}
+	prog := filepath.Join(t.TempDir(), "misuse")
+	if out, err := exec.Command(gcc, "-Wall", "-o", prog, "testdata/misuse/misuse.c", "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	r := Start(t, lib, []string{"IBEX_UDP_ADDR=127.0.79.6", "FAKEVERBS_TRACE=1"}, prog)
+	if err := r.Wait(20 * time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, r.Output())
+	}
+	if n := strings.Count(r.Output(), "\nok "); n < 30 || strings.Contains(r.Output(), "FAIL") {
+		t.Fatalf("%d checks passed:\n%s", n, r.Output())
+	}
+}
+
+// perftest's WRITEs land where it was told: a real ib_write_bw client
+// writes into the MR of an ibex server in this process.
+func TestPerftestWritesLand(t *testing.T) {
+	lib := Build(t)
+	if err := udp.AddDevice("udpland", netip.MustParseAddrPort("127.0.79.7:0")); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := oob.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	client := Start(t, lib, []string{"IBEX_UDP_ADDR=127.0.79.8"}, "ib_write_bw",
+		"--use_old_post_send", "-F", "-d", "udp0", "-p", strconv.Itoa(port), "-n", "5", "-s", "64", "127.0.0.1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	vc, err := verbs.Open("udpland")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vc.Close()
+	pd, err := vc.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Dealloc()
+	const size = 128 << 10 // perftest writes within two cycle buffers
+	mr, err := pd.AllocMR(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Dereg()
+	mem := mr.Bytes()
+	for i := range mem {
+		mem[i] = 0xa5
+	}
+	cq, err := vc.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Destroy()
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Destroy()
+	pa, err := vc.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := oob.Params{MTU: 4096, Test: oob.Test{Name: oob.WriteBW, QPs: 1, Size: 64, Iters: 5}}
+	remote, err := c.Handshake(ctx, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := oob.Negotiate(local, remote)
+	dests, err := c.ExchangeDests(ctx, []oob.Dest{{OutReads: 1, QPN: qp.Num(), PSN: qp.InitialPSN(),
+		RKey: mr.RKey(), VAddr: mr.Addr(), GID: pa.GID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dests[0]
+	mtu, _ := verbs.MTUFromBytes(p.MTU)
+	if err := qp.Connect(verbs.ConnInfo{QPN: d.QPN, PSN: d.PSN, GID: d.GID, MTU: mtu}, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The passive server goes from Ready to Finish, which returns once the
+	// client's WRITEs have completed (it sends its report then).
+	rep, err := c.Finish(ctx, oob.Report{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Wait(10 * time.Second); err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	t.Logf("client's report %+v", rep)
+	if rep.Iters != 5 || rep.Size != 64 {
+		t.Errorf("report %+v, want 5 iterations of 64 bytes", rep)
+	}
+	if bytes.Count(mem[:64], []byte{0xa5}) == 64 {
+		t.Fatalf("the first 64 bytes of the MR were not written: % x", mem[:64])
+	}
+	if n := bytes.Count(mem[4096:], []byte{0xa5}); n != len(mem)-4096 {
+		t.Errorf("%d bytes written beyond the first 4 KiB", len(mem)-4096-n)
 	}
 }
