@@ -246,9 +246,14 @@ func TestPerf18Flags(t *testing.T) {
 	if !strings.Contains(stderr, "Bidirectional is only available in BW test") {
 		t.Errorf("write_lat -b: %q", stderr)
 	}
-	_, stderr, _ = runMain(t, "perf", "send_bw", "-b", "-d", "shm0", "127.0.0.1")
-	if !strings.Contains(stderr, "bidirectional send_bw is not supported yet") {
-		t.Errorf("send_bw -b: %q", stderr)
+	// -b send_bw: both ends send and receive; each prints the sum.
+	bidi := []string{"send_bw", "-b", "-d", "shm0", "-p", port, "-n", "200", "-s", "4096"}
+	bsrv := startServer(t, nil, bidi...)
+	if out, err := runClient(t, nil, append(bidi, "127.0.0.1")...); err != nil || !strings.Contains(out, " 4096       200") {
+		t.Errorf("send_bw -b client: %v\n%s", err, out)
+	}
+	if err := waitExit(t, bsrv); err != nil || !strings.Contains(bsrv.out.String(), " 4096       200") {
+		t.Errorf("send_bw -b server: %v\n%s", err, bsrv.out.String())
 	}
 
 	// The ones that work, on a real run: -I, -Q, -m, -u, -x 0, -i 1,
