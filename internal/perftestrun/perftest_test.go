@@ -47,6 +47,7 @@ func TestPerftestPairs(t *testing.T) {
 		{"ib_write_bw", []string{"-b"}},
 		{"ib_send_bw", []string{"-e"}},
 		{"ib_write_lat", []string{"-s", "64"}},
+		{"ib_send_bw", []string{"-D", "1"}}, // duration mode: perftest's SIGALRM in a Go process
 	} {
 		name := tc.prog + strings.Join(tc.args, "")
 		// udp0's addresses of the two processes: a pair per subtest, so
@@ -231,6 +232,31 @@ func TestPerftestMRBounds(t *testing.T) {
 	}
 	if err := server.Wait(10 * time.Second); err != nil {
 		t.Fatalf("server: %v", err)
+	}
+}
+
+// UD is not implemented: perftest is told so (EOPNOTSUPP) and says why.
+func TestPerftestUD(t *testing.T) {
+	lib := Build(t)
+	args := []string{"--use_old_post_send", "-F", "-d", "udp0", "-c", "UD", "-p", strconv.Itoa(FreePort(t))}
+	server := Start(t, lib, []string{"IBEX_UDP_ADDR=127.0.79.9"}, "ib_send_bw", args...)
+	// The server creates its QPs once a client is connected.
+	var client *Run
+	for try := 0; try < 100; try++ {
+		client = Start(t, lib, []string{"IBEX_UDP_ADDR=127.0.79.10"}, "ib_send_bw", append(args, "127.0.0.1")...)
+		_ = client.Wait(10 * time.Second)
+		if !strings.Contains(client.Output(), "Couldn't connect") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, r := range []*Run{server, client} {
+		if err := r.Wait(10 * time.Second); err == nil || strings.Contains(err.Error(), "still running") {
+			t.Errorf("ib_send_bw -c UD: %v, want a failed exit", err)
+		}
+	}
+	if !strings.Contains(server.Output()+client.Output(), "QP type 4 is not supported") {
+		t.Errorf("no reason on stderr:\n%s\n%s", server.Output(), client.Output())
 	}
 }
 
