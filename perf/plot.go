@@ -2,24 +2,24 @@ package perf
 
 import (
 	"fmt"
-	"image/color"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
+
+	"github.com/ibex-rdma/ibex/internal/plotstyle"
 )
 
 // Plot draws size against bandwidth (average and peak) or latency
-// (typical and 99%) into a PNG, SVG or PDF file (by its extension).
+// (typical and 99%) into a PNG, SVG or PDF file (by its extension), in
+// internal/plotstyle's look: sizes on a log axis labelled 8, 64, 1K ...,
+// the value axis log where the values span decades, the legend to the
+// right. The title names the test, the device and the connection.
 func Plot(file string, t Test, device string, results []Result) error {
 	if len(results) == 0 {
 		return fmt.Errorf("perf: plot %s: no results", file)
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("ibex perf %s on %s", t, device)
-	p.X.Label.Text = "message size [bytes]"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Title.Text = PlotTitle(t, device, results)
 	series := func(f func(Result) float64) plotter.XYs {
 		pts := make(plotter.XYs, 0, len(results))
 		for _, r := range results {
@@ -27,45 +27,46 @@ func Plot(file string, t Test, device string, results []Result) error {
 		}
 		return pts
 	}
-	var lines []any
+	var names []string
+	var lines []plotter.XYs
+	ylabel := "bandwidth [" + results[0].Unit + "]"
 	if t.Latency() {
-		p.Y.Label.Text = "latency [usec]"
-		lines = []any{"t_typical", series(func(r Result) float64 { return r.TTypical }),
-			"99% percentile", series(func(r Result) float64 { return r.P99 })}
+		ylabel = "latency [usec]"
+		names = []string{"t_typical", "99% percentile"}
+		lines = []plotter.XYs{series(func(r Result) float64 { return r.TTypical }), series(func(r Result) float64 { return r.P99 })}
 	} else {
-		p.Y.Label.Text = "bandwidth [" + results[0].Unit + "]"
-		lines = []any{"BW average", series(func(r Result) float64 { return r.BWAvg }),
-			"BW peak", series(func(r Result) float64 { return r.BWPeak })}
+		names = []string{"BW average", "BW peak"}
+		lines = []plotter.XYs{series(func(r Result) float64 { return r.BWAvg }), series(func(r Result) float64 { return r.BWPeak })}
 	}
-	p.Add(plotter.NewGrid())
-	if err := plotutilAdd(p, lines...); err != nil {
-		return fmt.Errorf("perf: plot %s: %w", file, err)
-	}
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, file); err != nil {
-		return fmt.Errorf("perf: plot %s: %w", file, err)
-	}
-	return nil
-}
-
-// plotutilAdd adds named line-and-point series (name, XYs, name, XYs...)
-// with distinct colours and a legend.
-func plotutilAdd(p *plot.Plot, vs ...any) error {
-	for i := 0; i+1 < len(vs); i += 2 {
-		name, _ := vs[i].(string)
-		xys, _ := vs[i+1].(plotter.XYs)
-		l, pts, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return err
+	var sizes, vals []float64
+	for _, l := range lines {
+		for _, q := range l {
+			sizes, vals = append(sizes, q.X), append(vals, q.Y)
 		}
-		c := plotColors[(i/2)%len(plotColors)]
-		l.Color, pts.Color = c, c
-		p.Add(l, pts)
-		p.Legend.Add(name, l, pts)
+	}
+	plotstyle.SizeAxis(&p.X, "message size [bytes]", sizes)
+	logY := plotstyle.ValueAxis(&p.Y, ylabel, vals)
+	p.Add(plotter.NewGrid())
+	for i, l := range lines {
+		if logY {
+			l = plotstyle.Positive(l)
+		}
+		if err := plotstyle.Line(p, names[i], l, plotstyle.Palette(i)); err != nil {
+			return fmt.Errorf("perf: plot %s: %w", file, err)
+		}
+	}
+	if err := plotstyle.Save(p, plotstyle.Width, plotstyle.Height, file); err != nil {
+		return fmt.Errorf("perf: plot %s: %w", file, err)
 	}
 	return nil
 }
 
-var plotColors = []color.Color{
-	color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-	color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+// PlotTitle names the test, the device and the connection: "ibex perf
+// write_bw on shm0: client and server, RC, 5000 iterations".
+func PlotTitle(t Test, device string, results []Result) string {
+	s := fmt.Sprintf("ibex perf %s on %s: client and server, RC", t, device)
+	if len(results) > 0 && results[0].Iters > 0 {
+		s += fmt.Sprintf(", %d iterations", results[0].Iters)
+	}
+	return s
 }

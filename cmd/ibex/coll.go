@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 	"net"
 	"os"
@@ -16,9 +15,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
 
 	"github.com/ibex-rdma/ibex/coll"
 	"github.com/ibex-rdma/ibex/coll/algo"
@@ -335,7 +331,7 @@ func runColl(ctx context.Context, out, errOut io.Writer, name string, o collOpti
 		coll.WriteBenchFooter(out, rows)
 	}
 	if o.plotFile != "" && env.Rank == 0 {
-		if err := plotBusBW(o.plotFile, name, rows); err != nil {
+		if err := plotBusBW(o.plotFile, collPlotTitle(name, env.Size, c), rows); err != nil {
 			return err
 		}
 	}
@@ -542,35 +538,4 @@ func launchRanks(ctx context.Context, out, errOut io.Writer, np int) error {
 		}
 	}
 	return first
-}
-
-func plotBusBW(file, name string, rows []coll.BenchRow) error {
-	p := plot.New()
-	p.Title.Text = "ibex coll " + name
-	p.X.Label.Text = "size [bytes]"
-	p.Y.Label.Text = "busbw [GB/s]"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Add(plotter.NewGrid())
-	for i, s := range []struct {
-		label string
-		f     func(coll.BenchRow) float64
-	}{{"out-of-place", func(r coll.BenchRow) float64 { return r.OOPBusBW }}, {"in-place", func(r coll.BenchRow) float64 { return r.IPBusBW }}} {
-		pts := make(plotter.XYs, 0, len(rows))
-		for _, r := range rows {
-			pts = append(pts, plotter.XY{X: float64(r.Size), Y: s.f(r)})
-		}
-		l, sc, err := plotter.NewLinePoints(pts)
-		if err != nil {
-			return err
-		}
-		c := []color.Color{color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}}[i]
-		l.Color, sc.Color = c, c
-		p.Add(l, sc)
-		p.Legend.Add(s.label, l, sc)
-	}
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, file); err != nil {
-		return fmt.Errorf("coll: plot %s: %w", file, err)
-	}
-	return nil
 }

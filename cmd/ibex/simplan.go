@@ -3,17 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"image/color"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/ibex-rdma/ibex/internal/units"
 	"github.com/ibex-rdma/ibex/sim/cost"
@@ -123,7 +116,7 @@ func runSimPlan(out io.Writer, o simPlanOptions) error {
 		rows = append(rows, row)
 	}
 	if o.plotFile != "" {
-		if err := plotPlan(o.plotFile, o.gpus, size, rows); err != nil {
+		if err := plotPlan(o.plotFile, o.gpus, size, fmt.Sprint(p.Routing), rows); err != nil {
 			return err
 		}
 	}
@@ -159,78 +152,4 @@ func costSource(file string) string {
 		return "sim/cost's default table"
 	}
 	return file + " over the default table"
-}
-
-// plotPlan draws three panels of bars, one bar (or group) per design:
-// network cost per GPU, network power per GPU, and the all-reduce's time
-// by each algorithm.
-func plotPlan(file string, gpus int, size int64, rows []*plan.Row) error {
-	names := make([]string, len(rows))
-	for i, r := range rows {
-		names[i] = r.Design
-	}
-	palette := []color.Color{color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff}}
-	panel := func(title, ylabel string, series []string, value func(r *plan.Row, k int) float64) (*plot.Plot, error) {
-		p := plot.New()
-		p.Title.Text = title
-		p.Y.Label.Text = ylabel
-		p.Add(plotter.NewGrid())
-		w := vg.Points(60 / float64(len(series)))
-		for k, name := range series {
-			vals := make(plotter.Values, len(rows))
-			for i, r := range rows {
-				vals[i] = value(r, k)
-			}
-			b, err := plotter.NewBarChart(vals, w)
-			if err != nil {
-				return nil, err
-			}
-			b.Color = palette[k%len(palette)]
-			b.LineStyle.Width = 0
-			b.Offset = w * vg.Length(float64(k)-float64(len(series)-1)/2)
-			p.Add(b)
-			if len(series) > 1 {
-				p.Legend.Add(name, b)
-			}
-		}
-		p.Legend.Top = true
-		p.NominalX(names...)
-		p.Y.Min = 0
-		return p, nil
-	}
-	costP, err := panel("network cost per GPU", "USD", []string{"cost"}, func(r *plan.Row, _ int) float64 { return r.Cost.PerGPU.CostUSD })
-	if err != nil {
-		return fmt.Errorf("sim plan: plot: %w", err)
-	}
-	powerP, err := panel("network power per GPU", "W", []string{"power"}, func(r *plan.Row, _ int) float64 { return r.Cost.PerGPU.PowerW })
-	if err != nil {
-		return fmt.Errorf("sim plan: plot: %w", err)
-	}
-	var algos []string
-	if len(rows) > 0 {
-		for _, a := range rows[0].Results {
-			algos = append(algos, a.AllReduce)
-		}
-	}
-	timeP, err := panel(fmt.Sprintf("%s all-reduce, %d GPUs", units.FormatBytes(size), gpus), "ms", algos,
-		func(r *plan.Row, k int) float64 { return r.Results[k].TimeUS / 1e3 })
-	if err != nil {
-		return fmt.Errorf("sim plan: plot: %w", err)
-	}
-	img := vgimg.New(15*vg.Inch, 5*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
-	canvases := plot.Align([][]*plot.Plot{{costP, powerP, timeP}}, tiles, dc)
-	costP.Draw(canvases[0][0])
-	powerP.Draw(canvases[0][1])
-	timeP.Draw(canvases[0][2])
-	f, err := os.Create(file)
-	if err != nil {
-		return fmt.Errorf("sim plan: plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("sim plan: plot %s: %w", file, err)
-	}
-	return f.Close()
 }

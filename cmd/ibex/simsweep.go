@@ -4,17 +4,12 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
-	"image/color"
 	"io"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
 
 	"github.com/ibex-rdma/ibex/internal/units"
 	"github.com/ibex-rdma/ibex/sim/fabric"
@@ -245,7 +240,7 @@ func runSimSweep(out io.Writer, what string, o simSweepOptions) error {
 		}
 	}
 	if o.plotFile != "" {
-		return plotSweep(o.plotFile, what, rows)
+		return plotSweep(o.plotFile, what, o.run.engine, rows)
 	}
 	return nil
 }
@@ -304,67 +299,4 @@ func writeSweepCSV(file string, rows []sweepRow) error {
 		return fmt.Errorf("sim sweep: --csv: %w", err)
 	}
 	return f.Close()
-}
-
-// plotSweep draws busbw against size, one line per topology, algorithm
-// and routing, at the median over seeds.
-func plotSweep(file, what string, rows []sweepRow) error {
-	type key struct{ topo, algo, routing string }
-	type pt struct {
-		size int64
-		bw   []float64
-	}
-	series := map[key]map[int64][]float64{}
-	var order []key
-	for _, r := range rows {
-		k := key{shortName(r.Topology), r.Algo, r.Routing}
-		if series[k] == nil {
-			series[k] = map[int64][]float64{}
-			order = append(order, k)
-		}
-		series[k][r.Bytes] = append(series[k][r.Bytes], r.BusBW)
-	}
-	p := plot.New()
-	p.Title.Text = "ibex sim sweep " + what
-	p.X.Label.Text = "size [bytes]"
-	p.Y.Label.Text = "busbw [GB/s] (median over seeds)"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Add(plotter.NewGrid())
-	palette := []color.Color{
-		color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
-		color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
-	}
-	for i, k := range order {
-		var pts []pt
-		for size, bw := range series[k] {
-			pts = append(pts, pt{size, bw})
-		}
-		sort.Slice(pts, func(a, b int) bool { return pts[a].size < pts[b].size })
-		xys := make(plotter.XYs, 0, len(pts))
-		for _, q := range pts {
-			if q.size <= 0 {
-				continue
-			}
-			sort.Float64s(q.bw)
-			xys = append(xys, plotter.XY{X: float64(q.size), Y: q.bw[len(q.bw)/2]})
-		}
-		l, sc, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return fmt.Errorf("sim sweep: plot: %w", err)
-		}
-		c := palette[i%len(palette)]
-		l.Color, sc.Color = c, c
-		p.Add(l, sc)
-		label := k.topo
-		if k.algo != "" {
-			label += " " + k.algo
-		}
-		p.Legend.Add(label+" "+k.routing, l, sc)
-	}
-	p.Legend.Top = true
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, file); err != nil {
-		return fmt.Errorf("sim sweep: plot %s: %w", file, err)
-	}
-	return nil
 }
