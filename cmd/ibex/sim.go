@@ -19,7 +19,7 @@ func newSimCmd() *cobra.Command {
 		Short: "Fabric simulator: topologies, packet- and flow-level runs, sweeps and cluster plans",
 		Long: "The fabric simulator plans InfiniBand and RoCE clusters no one here can build. A topology is a\n" +
 			"YAML file (a fat tree, a DGX SuperPOD, multi-plane, or an explicit list of nodes and links;\n" +
-			"examples/ holds ready-made ones). `topo` expands and checks it; `run` simulates a collective\n" +
+			"examples/ holds ready-made ones; every field: docs/sim-yaml.md). `topo` expands and checks it; `run` simulates a collective\n" +
 			"or traffic pattern on it, packet by packet (credit flow control, or RoCE with PFC and DCQCN)\n" +
 			"or at flow level to 100k GPUs; `sweep` runs every combination of topologies, sizes,\n" +
 			"algorithms, routings and seeds; `plan` puts candidate designs' cost and power per GPU beside\n" +

@@ -51,7 +51,7 @@ func newSimSweepCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.topos, "topos", "", "topology files, comma-separated (required)")
+	f.StringVar(&o.topos, "topos", "", "topology files, comma-separated (required; schema: docs/sim-yaml.md)")
 	f.StringVar(&o.sizes, "sizes", "1M,16M,256M", "sizes, comma-separated (K, M, G suffixes)")
 	f.StringVar(&o.algos, "algos", "", "algorithms, comma-separated (default ring; direct for all_to_all; none for patterns)")
 	f.StringVar(&o.routings, "routing", "dmodk", "routings, comma-separated: dmodk, ecmp, adaptive")
