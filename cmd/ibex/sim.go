@@ -38,7 +38,7 @@ func newSimTopoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "topo FILE [--json]",
 		Short: "Expand a topology file, print its counts and check the graph",
-		Long: "Read a topology file (kind: fattree, superpod or explicit), expand it into its graph and\n" +
+		Long: "Read a topology file (kind: fattree, superpod or explicit; schema: docs/sim-yaml.md), expand it into its graph and\n" +
 			"print hosts, GPUs, NICs, switches and ports per tier, links and capacity per tier and the\n" +
 			"bisection bandwidth; then check the graph (ports used once and within each switch's\n" +
 			"count, no self-links or duplicate cables, every NIC cabled, adjacent tiers only, every\n" +

@@ -102,7 +102,8 @@ func newSimRunCmd() *cobra.Command {
 			"in --channels channels (default: NICs per host), channel c rotating each host's GPUs by c,\n" +
 			"and traffic between hosts leaves by the NIC on the receiving GPU's rail (PXN), as NCCL\n" +
 			"does on rail-optimized fabrics. Traffic inside a host goes over NVLink (a rate and a\n" +
-			"latency, no packets).",
+			"latency, no packets).\n\n" +
+			"The topology file's schema, every field with its unit and default: docs/sim-yaml.md.",
 		Example: "  ibex sim run examples/superpod-1024gpu.yaml all_reduce -b 64M --engine flow\n" +
 			"  ibex sim run examples/superpod-1su.yaml all_reduce --gpus 32 -b 1M -e 1G -f 4\n" +
 			"  ibex sim run examples/fattree-2tier-k64-2to1.yaml permutation --gpus 512 -b 1M --routing ecmp --seed 3\n" +
