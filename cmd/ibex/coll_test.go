@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"os"
 	"os/exec"
@@ -131,8 +132,7 @@ func TestCollLaunchers(t *testing.T) {
 			cmds := make([]*exec.Cmd, 2)
 			for r := range 2 {
 				args := append([]string{"coll", "all_reduce", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "--timeout", "60s"}, tc.extra(p)...)
-				c := exec.Command(os.Args[0], "-test.run=^$")
-				c.Env = append(append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n")), tc.env(r, p)...)
+				c := childCommand(context.Background(), tc.env(r, p), args...)
 				c.Stdout, c.Stderr = &outs[r], &errs[r]
 				if err := c.Start(); err != nil {
 					t.Fatal(err)

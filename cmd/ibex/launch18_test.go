@@ -27,6 +27,9 @@ var launchArgs = []string{"coll", "all_reduce", "-b", "8", "-e", "16", "-n", "2"
 // build's).
 func buildIbex(t *testing.T) string {
 	t.Helper()
+	if childBin != "" { // built without the race detector for every test (main_test.go)
+		return childBin
+	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("go not in PATH: cannot build the ibex binary")

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -22,7 +25,76 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(m)
+	dir, err := buildChild()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cmd/ibex: %v; the commands run as this test binary\n", err)
+	}
+	code := m.Run()
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// childBin is the ibex binary the tests run as a user does ("": this test
+// binary, main() chosen by mainArgsEnv). Under -race it is a build of
+// this package without the race detector: a race-instrumented child runs
+// five to ten times slower (the simulator, the perftest pairs, coll's rank
+// processes), which made cmd/ibex the slowest package in CI, while every
+// library package runs its own tests under -race and the tests that call
+// the CLI's code in this process still do. IBEX_TEST_CHILD_RACE=1 runs the
+// commands as the race-instrumented test binary instead. After go vet (as
+// in .ci/run) the build only links.
+var childBin string
+
+// childRaceEnv keeps the commands race-instrumented.
+const childRaceEnv = "IBEX_TEST_CHILD_RACE"
+
+func buildChild() (dir string, err error) {
+	if !raceBuild || os.Getenv(childRaceEnv) == "1" {
+		return "", nil
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("no go tool to build the ibex binary (%v)", err)
+	}
+	dir, err = os.MkdirTemp("", "ibex-cmd-test-")
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := filepath.Join(dir, "ibex")
+	if out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("go build: %v: %s", err, out)
+	}
+	childBin = bin
+	return dir, nil
+}
+
+// childArgv is the command line and the environment entries that run ibex
+// with args, for wrappers such as `ip netns exec`.
+func childArgv(args ...string) (argv, env []string) {
+	if childBin != "" {
+		return append([]string{childBin}, args...), nil
+	}
+	return []string{os.Args[0], "-test.run=^$"}, []string{mainArgsEnv + "=" + strings.Join(args, "\n")}
+}
+
+// childCommand runs ibex with args and env entries added to this
+// process's environment.
+func childCommand(ctx context.Context, env []string, args ...string) *exec.Cmd {
+	argv, extra := childArgv(args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(append(os.Environ(), extra...), env...)
+	return cmd
 }
 
 // runMain runs main in a child process and returns its stdout, stderr and
@@ -36,9 +108,8 @@ func runMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
 // one's).
 func runMainIn(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := childCommand(context.Background(), nil, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

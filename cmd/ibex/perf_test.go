@@ -21,8 +21,7 @@ import (
 // ibexCmd prepares `ibex args...` as a child process (this test binary
 // running main, see TestMain).
 func ibexCmd(ctx context.Context, env []string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n")), env...)
+	cmd := childCommand(ctx, env, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
@@ -323,8 +322,9 @@ func TestPerfNetns(t *testing.T) {
 			port := strconv.Itoa(freePort(t))
 			args := []string{"perf", test, "-d", "udp0", "-p", port, "-n", "500"}
 			srv := &server{out: &syncBuffer{}}
-			srv.cmd = exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^$")
-			srv.cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"), "IBEX_UDP_ADDR="+ipB)
+			argv, extra := childArgv(args...)
+			srv.cmd = exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+			srv.cmd.Env = append(append(os.Environ(), extra...), "IBEX_UDP_ADDR="+ipB)
 			srv.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 			srv.cmd.Stdout, srv.cmd.Stderr = srv.out, srv.out
 			if err := srv.cmd.Start(); err != nil {

@@ -1,11 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -308,8 +308,7 @@ func TestSim18ProgressTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join([]string{"sim", "run", explicitSmall, "all_reduce", "-b", "64M"}, "\n"))
+	cmd := childCommand(context.Background(), nil, "sim", "run", explicitSmall, "all_reduce", "-b", "64M")
 	cmd.Stderr = pts
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
