@@ -42,7 +42,9 @@ func TestPerf18RealPerftest(t *testing.T) {
 	for _, s := range []string{"64", "4096", "65536"} {
 		cases = append(cases, tc{"write_lat", []string{"-s", s, "-n", "300"}})
 	}
-	cases = append(cases, tc{"write_bw", []string{"-s", "64", "-b", "-n", "200"}}, tc{"send_bw", []string{"-s", "4096", "-b", "-n", "200"}})
+	cases = append(cases, tc{"write_bw", []string{"-s", "64", "-b", "-n", "200"}}, tc{"send_bw", []string{"-s", "4096", "-b", "-n", "200"}},
+		tc{"read_bw", []string{"-b", "-n", "200"}}, tc{"atomic_bw", []string{"-b", "-n", "500"}},
+		tc{"write_bw", []string{"-a", "-b", "-q", "2", "-n", "5"}})
 	// Two cases at a time (-parallel, GOMAXPROCS): most of a case is
 	// perftest's own waiting (about 0.4 s per size outside the data
 	// phase). Each case has its own pair of udp0 addresses.
@@ -131,10 +133,23 @@ func realPerftestCase(t *testing.T, lib, test string, args []string, ibexServer 
 	// latency ends measure.
 	all := slices.Contains(args, "-a")
 	passive := test != "send_bw" && !slices.Contains(args, "-b") && !strings.HasSuffix(test, "_lat")
-	for _, side := range []struct {
+	sides := []struct {
 		name, out string
 		server    bool
-	}{{"ibex", ibexOut.String(), ibexServer}, {"perftest", pt.Output(), !ibexServer}} {
+	}{{"ibex", ibexOut.String(), ibexServer}, {"perftest", pt.Output(), !ibexServer}}
+	if passive {
+		// The passive server prints the report the client sent
+		// (xchg_bw_reports): the client's last line, figure for figure.
+		srv, cli := sides[0], sides[1]
+		if !srv.server {
+			srv, cli = cli, srv
+		}
+		s, c := resultLine.FindAllStringSubmatch(srv.out, -1), resultLine.FindAllStringSubmatch(cli.out, -1)
+		if len(s) > 0 && len(c) > 0 && (s[0][1] != c[len(c)-1][1] || s[0][4] != c[len(c)-1][4]) {
+			t.Errorf("%s's server printed %q, its %s client reported %q", srv.name, s[0][0], cli.name, c[len(c)-1][0])
+		}
+	}
+	for _, side := range sides {
 		wantSizes := 1
 		if all && !(passive && side.server) { // a passive server prints the client's last report
 			wantSizes = 23 // 2 B to 8 MiB

@@ -13,11 +13,11 @@
 // programs). It is checked three ways: testdata/*.txt are transcripts
 // written from perftest's format strings (gen.py); testdata/recorded are
 // exchanges between two real 4.5+0.17 programs, which an ibex end in
-// either role reproduces byte for byte; and TestRealPerftest runs the real
-// programs against this package. The programs need an RDMA device before
-// they open the socket; testdata/fakeverbs is a stand-in libibverbs for
-// that, loaded with LD_PRELOAD, which completes every work request at once
-// and moves no data.
+// either role reproduces byte for byte; and the real programs run against
+// this package on internal/perftestrun's libibexverbs.so (a libibverbs whose
+// verbs are ibex's, loaded with LD_PRELOAD): here where the exchange must
+// fail, and in cmd/ibex's TestPerf18RealPerftest against ibex perf, exchange
+// and data, in both roles.
 //
 // Every exchange is ctx_xchg_data or ctx_hand_shake over the socket: the
 // client writes its message with one write(), then reads the server's; the
