@@ -42,6 +42,7 @@ func TestPerf18RealPerftest(t *testing.T) {
 	for _, s := range []string{"64", "4096", "65536"} {
 		cases = append(cases, tc{"write_lat", []string{"-s", s, "-n", "300"}})
 	}
+	cases = append(cases, tc{"write_lat", []string{"-a", "-n", "5"}})
 	cases = append(cases, tc{"write_bw", []string{"-s", "64", "-b", "-n", "200"}}, tc{"send_bw", []string{"-s", "4096", "-b", "-n", "200"}},
 		tc{"read_bw", []string{"-b", "-n", "200"}}, tc{"atomic_bw", []string{"-b", "-n", "500"}},
 		tc{"write_bw", []string{"-a", "-b", "-q", "2", "-n", "5"}})
