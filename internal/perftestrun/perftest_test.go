@@ -102,7 +102,11 @@ func pair(t *testing.T, lib, net, prog string, extra []string) {
 	}
 	last := lines[len(lines)-1]
 	if v, err := strconv.ParseFloat(last[col], 64); err != nil || v <= 0 {
-		t.Errorf("report %q: column %d is not a positive figure", strings.Join(last, " "), col)
+		if err == nil && ClockFailed(client.Output()) {
+			t.Logf("perftest's clock calibration failed on this loaded machine, so it printed %q: figures not checked", strings.Join(last, " "))
+		} else {
+			t.Errorf("report %q: column %d is not a positive figure", strings.Join(last, " "), col)
+		}
 	}
 	t.Logf("%s", strings.Join(last, " "))
 }

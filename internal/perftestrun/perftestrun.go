@@ -202,6 +202,15 @@ func (r *Run) Wait(d time.Duration) error {
 // Output is what the program printed so far, stdout and stderr together.
 func (r *Run) Output() string { return r.out.String() }
 
+// ClockFailed reports whether perftest's output says its clock calibration
+// failed. perftest times in CPU cycles and converts with a frequency it
+// samples at start (get_cpu_mhz); on a loaded machine the sample's
+// correlation can fall below 0.9, and then the frequency is 0 and every
+// figure it prints is 0.00, whatever the run did.
+func ClockFailed(out string) bool {
+	return strings.Contains(out, "Correlation coefficient r^2")
+}
+
 // FreePort returns a TCP port that was free on 127.0.0.1 a moment ago,
 // for perftest's -p.
 func FreePort(t testing.TB) int {
