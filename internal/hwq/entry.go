@@ -62,7 +62,6 @@ const (
 	cqeQPNum    = 16
 	cqeSrcQP    = 20
 	cqeImm      = 24
-	CQESize     = 32 // bytes of a CQE entry
 	maxSGELimit = 255
 	maxInline   = maxSize - wqeSGL
 
@@ -76,6 +75,9 @@ const (
 	wcFetchAdd        = 4
 	wcWithImm         = 1 << 1
 )
+
+// CQESize is the entry size of a CQ.
+const CQESize = 32
 
 var le = binary.LittleEndian
 

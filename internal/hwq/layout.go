@@ -44,15 +44,15 @@ const (
 	magic   = 0x3151574858454249 // "IBEXHWQ1" little-endian
 	version = 1
 
-	// Align is the alignment a region must have: a cache line, so that
-	// the index words are on lines of their own.
-	Align = 64
-
 	minSize  = 8
 	maxSize  = 64 << 10
 	minCount = 2
 	maxCount = 1 << 24
 )
+
+// Align is the alignment a region must have: a cache line, so that the
+// index words are on lines of their own.
+const Align = 64
 
 // Config is the geometry of a new queue.
 type Config struct {

@@ -89,7 +89,13 @@ func childProduce() error {
 		for j := range k {
 			fillEntry(p.Entry(j), i+uint64(j))
 		}
+		before := i
 		i += uint64(p.Publish())
+		if i/4096 != before/4096 {
+			// Pause now and then so that the parent falls asleep and
+			// the doorbell's futex wake has to cross processes.
+			time.Sleep(200 * time.Microsecond)
+		}
 	}
 	return nil
 }
@@ -110,7 +116,9 @@ func TestCrossProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := r.Consumer(WaitOptions{Spin: 20 * time.Microsecond})
+	// MaxSleep beyond the deadline: a wake-up lost between processes
+	// fails the test instead of being covered by a timed re-check.
+	c, err := r.Consumer(WaitOptions{Spin: 20 * time.Microsecond, MaxSleep: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +176,10 @@ func TestCrossProcess(t *testing.T) {
 	}
 	if a, err := c.Available(); a != 0 || err != nil {
 		t.Fatalf("after the child: Available %d, %v", a, err)
+	}
+	t.Logf("%d entries from the child; the parent slept %d times", n, c.sleeps)
+	if c.sleeps < 5 {
+		t.Fatalf("the parent slept %d times: the cross-process doorbell was not exercised", c.sleeps)
 	}
 }
 
