@@ -283,6 +283,11 @@ func TestMisuse(t *testing.T) {
 	if n := strings.Count(r.Output(), "\nok "); n < 30 || strings.Contains(r.Output(), "FAIL") {
 		t.Fatalf("%d checks passed:\n%s", n, r.Output())
 	}
+	// The library's signal() (abi.c) adds SA_ONSTACK to perftest's
+	// SIGALRM handlers.
+	if !strings.Contains(r.Output(), "ok signal sets SA_ONSTACK") {
+		t.Errorf("no SA_ONSTACK check passed:\n%s", r.Output())
+	}
 }
 
 // perftest's WRITEs land where it was told: a real ib_write_bw client

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <signal.h>
 #include "fv.h"
 #include "_cgo_export.h"
 
@@ -630,3 +631,24 @@ struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struc
 int ibv_destroy_ah(struct ibv_ah *ah) { (void)ah; return EINVAL; }
 int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) { (void)qp; (void)gid; (void)lid; return EOPNOTSUPP; }
 int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) { (void)qp; (void)gid; (void)lid; return EOPNOTSUPP; }
+
+/* perftest installs its SIGALRM handlers (catch_alarm for -D, check_alive)
+ * with signal(), which does not set SA_ONSTACK. In this library the Go
+ * runtime runs threads of its own and runs Go code on perftest's thread
+ * during every verb, so a handler without SA_ONSTACK can run on a
+ * goroutine's small stack and corrupt it: seen as a SIGSEGV with a broken
+ * traceback in udp's progress goroutine under ib_send_bw -D 1. The cgo
+ * documentation asks C code for SA_ONSTACK; this signal() adds it. It
+ * interposes glibc's, under glibc's version (libibverbs.map), so that
+ * perftest's signal@GLIBC_2.2.5 binds here. */
+__sighandler_t signal(int sig, __sighandler_t handler)
+{
+	struct sigaction sa, old;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = handler;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_ONSTACK | SA_RESTART; /* glibc's signal(): BSD semantics */
+	if (sigaction(sig, &sa, &old) < 0)
+		return SIG_ERR;
+	return old.sa_handler;
+}

@@ -5,11 +5,14 @@
  * library in LD_PRELOAD (it links against the real libibverbs). */
 #include <infiniband/verbs.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int failed;
+
+static void on_alarm(int sig) { (void)sig; }
 
 static void check(const char *name, int got, int want)
 {
@@ -107,5 +110,13 @@ int main(void)
 	check("destroy_cq", ibv_destroy_cq(cq), 0);
 	check("dereg_mr", ibv_dereg_mr(mr), 0);
 	check("close_device with a PD left", ibv_close_device(ctx), 0);
+
+	/* perftest's signal(SIGALRM, ...) must get SA_ONSTACK: its handler
+	 * can run while this thread is in Go code, on a goroutine's stack. */
+	signal(SIGALRM, on_alarm);
+	struct sigaction sa;
+	sigaction(SIGALRM, NULL, &sa);
+	check("signal sets SA_ONSTACK", !!(sa.sa_flags & SA_ONSTACK), 1);
+	check("signal keeps the handler", sa.sa_handler == on_alarm, 1);
 	return failed;
 }
