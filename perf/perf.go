@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ibex-rdma/ibex/internal/units"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -157,20 +158,7 @@ const (
 // multiples). ibex also takes G: perftest 4.5 reads "1G" as 1 byte. The
 // range is perftest's, with its message.
 func ParseSize(s string) (int, error) {
-	t, mult := s, int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'K', 'k':
-			mult = 1 << 10
-		case 'M', 'm':
-			mult = 1 << 20
-		case 'G', 'g':
-			mult = 1 << 30
-		}
-		if mult != 1 {
-			t = t[:n-1]
-		}
-	}
+	t, mult := units.SplitSuffix(s) // a T suffix is out of range below
 	v, err := strconv.ParseInt(t, 0, 64)
 	if err != nil {
 		//lint:ignore ST1005 perftest's message, as its users know it

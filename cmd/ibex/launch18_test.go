@@ -22,28 +22,21 @@ import (
 // launchArgs is a small, quick all_reduce: 2 sizes, one table row each.
 var launchArgs = []string{"coll", "all_reduce", "-b", "8", "-e", "16", "-n", "2", "-w", "1", "-T", "30"}
 
-// buildIbex builds the ibex binary once for TestLaunch18 (with the race
-// detector when this test binary has it: then its packages are the test
-// build's).
+// buildIbex is the ibex binary the launchers start: the tests' commands
+// (childBin, main_test.go), else a build for this test (race-instrumented
+// when IBEX_TEST_CHILD_RACE=1 keeps the commands so).
 func buildIbex(t *testing.T) string {
 	t.Helper()
-	if childBin != "" { // built without the race detector for every test (main_test.go)
+	if childBin != "" {
 		return childBin
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go not in PATH: cannot build the ibex binary")
-	}
 	bin := filepath.Join(t.TempDir(), "ibex")
-	args := []string{"build", "-o", bin}
+	var flags []string
 	if raceBuild {
-		args = append(args, "-race")
+		flags = append(flags, "-race")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool, append(args, ".")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := goBuild(bin, flags...); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -60,23 +60,33 @@ func buildChild() (dir string, err error) {
 	if !raceBuild || os.Getenv(childRaceEnv) == "1" {
 		return "", nil
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("no go tool to build the ibex binary (%v)", err)
-	}
 	dir, err = os.MkdirTemp("", "ibex-cmd-test-")
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	bin := filepath.Join(dir, "ibex")
-	if out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if err := goBuild(bin); err != nil {
 		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("go build: %v: %s", err, out)
+		return "", err
 	}
 	childBin = bin
 	return dir, nil
+}
+
+// goBuild builds this package's ibex binary into bin with the extra go
+// build flags.
+func goBuild(bin string, extra ...string) error {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("no go tool to build the ibex binary (%v)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	args := append([]string{"build", "-o", bin}, extra...)
+	if out, err := exec.CommandContext(ctx, goTool, append(args, ".")...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v: %s", err, out)
+	}
+	return nil
 }
 
 // childArgv is the command line and the environment entries that run ibex

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -101,7 +100,7 @@ func writeSimTopo(w io.Writer, path string, c topo.Counts, problems *topo.CheckE
 	if name == "" {
 		name = path
 	}
-	ew.printf("topology  %s (%s)\n", name, topoShape(c))
+	ew.printf("topology  %s (%s)\n", name, c.Shape())
 	ew.printf("hosts     %d\n", c.Hosts)
 	if c.Planes > 1 {
 		ew.printf("planes    %d (independent fabrics, every GPU's NIC a port in each)\n", c.Planes)
@@ -177,30 +176,4 @@ func writeSimTopoJSON(w io.Writer, path string, c topo.Counts, problems *topo.Ch
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
-}
-
-// topoShape is the kind and switch tiers of a topology: "fattree, 3
-// switch tiers", or for an explicit one the tiers its switches declare,
-// "explicit, 2 switch tiers: leaf, spine".
-func topoShape(c topo.Counts) string {
-	if c.Tiers > 0 {
-		return fmt.Sprintf("%s, %d switch tiers", c.Kind, c.Tiers)
-	}
-	var tiers []string
-	for _, t := range []struct {
-		name string
-		n    int
-	}{{"leaf", c.Switches.Leaf}, {"spine", c.Switches.Spine}, {"core", c.Switches.Core}, {"untiered", c.Switches.Untiered}} {
-		if t.n > 0 {
-			tiers = append(tiers, t.name)
-		}
-	}
-	n := len(tiers)
-	if c.Switches.Untiered > 0 {
-		n--
-	}
-	if len(tiers) == 0 {
-		return c.Kind + ", no switches"
-	}
-	return fmt.Sprintf("%s, %d switch tier%s: %s", c.Kind, n, plural(n), strings.Join(tiers, ", "))
 }

@@ -158,55 +158,9 @@ func TestPerftestMRBounds(t *testing.T) {
 	}
 	defer c.Close()
 
-	vc, err := verbs.Open("udpbounds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vc.Close()
-	pd, err := vc.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pd.Dealloc()
-	mr, err := pd.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mr.Dereg()
-	cq, err := vc.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cq.Destroy()
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qp.Destroy()
-	pa, err := vc.QueryPort(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	local := oob.Params{MTU: 4096, Test: oob.Test{Name: oob.WriteBW, QPs: 1, Size: 64, Iters: 5}}
-	remote, err := c.Handshake(ctx, local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := oob.Negotiate(local, remote)
-	dests, err := c.ExchangeDests(ctx, []oob.Dest{{OutReads: 1, QPN: qp.Num(), PSN: qp.InitialPSN(),
-		RKey: mr.RKey(), VAddr: mr.Addr(), GID: pa.GID}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := dests[0]
-	mtu, _ := verbs.MTUFromBytes(p.MTU)
-	if err := qp.Connect(verbs.ConnInfo{QPN: d.QPN, PSN: d.PSN, GID: d.GID, MTU: mtu}, verbs.ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e := newIbexEnd(t, "udpbounds", 4096)
+	mr, qp, cq := e.mr, e.qp, e.cq
+	d := e.connect(t, ctx, c)
 
 	write := func(id, addr uint64) verbs.WC {
 		t.Helper()
@@ -313,59 +267,13 @@ func TestPerftestWritesLand(t *testing.T) {
 	}
 	defer c.Close()
 
-	vc, err := verbs.Open("udpland")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vc.Close()
-	pd, err := vc.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pd.Dealloc()
 	const size = 128 << 10 // perftest writes within two cycle buffers
-	mr, err := pd.AllocMR(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mr.Dereg()
-	mem := mr.Bytes()
+	e := newIbexEnd(t, "udpland", size)
+	mem := e.mr.Bytes()
 	for i := range mem {
 		mem[i] = 0xa5
 	}
-	cq, err := vc.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cq.Destroy()
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qp.Destroy()
-	pa, err := vc.QueryPort(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := oob.Params{MTU: 4096, Test: oob.Test{Name: oob.WriteBW, QPs: 1, Size: 64, Iters: 5}}
-	remote, err := c.Handshake(ctx, local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := oob.Negotiate(local, remote)
-	dests, err := c.ExchangeDests(ctx, []oob.Dest{{OutReads: 1, QPN: qp.Num(), PSN: qp.InitialPSN(),
-		RKey: mr.RKey(), VAddr: mr.Addr(), GID: pa.GID}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := dests[0]
-	mtu, _ := verbs.MTUFromBytes(p.MTU)
-	if err := qp.Connect(verbs.ConnInfo{QPN: d.QPN, PSN: d.PSN, GID: d.GID, MTU: mtu}, verbs.ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.connect(t, ctx, c)
 	// The passive server goes from Ready to Finish, which returns once the
 	// client's WRITEs have completed (it sends its report then).
 	rep, err := c.Finish(ctx, oob.Report{})
@@ -385,4 +293,71 @@ func TestPerftestWritesLand(t *testing.T) {
 	if n := bytes.Count(mem[4096:], []byte{0xa5}); n != len(mem)-4096 {
 		t.Errorf("%d bytes written beyond the first 4 KiB", len(mem)-4096-n)
 	}
+}
+
+// ibexEnd is an ibex QP with one MR on device dev (opened in this process),
+// the other end of a real perftest program; destroyed when t ends.
+type ibexEnd struct {
+	pa verbs.PortAttr
+	mr *verbs.MR
+	cq *verbs.CQ
+	qp *verbs.QP
+}
+
+func newIbexEnd(t *testing.T, dev string, mrSize int) *ibexEnd {
+	t.Helper()
+	vc, err := verbs.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vc.Close() })
+	pd, err := vc.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pd.Dealloc() })
+	e := &ibexEnd{}
+	if e.mr, err = pd.AllocMR(mrSize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.mr.Dereg() })
+	if e.cq, err = vc.CreateCQ(16); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.cq.Destroy() })
+	if e.qp, err = pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.qp.Destroy() })
+	if e.pa, err = vc.QueryPort(1); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// connect runs perftest's exchange for a 64-byte write_bw of 5 iterations
+// over c and connects the QP to the peer's, up to Ready; it returns the
+// peer's dest.
+func (e *ibexEnd) connect(t *testing.T, ctx context.Context, c *oob.Conn) oob.Dest {
+	t.Helper()
+	local := oob.Params{MTU: 4096, Test: oob.Test{Name: oob.WriteBW, QPs: 1, Size: 64, Iters: 5}}
+	remote, err := c.Handshake(ctx, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := oob.Negotiate(local, remote)
+	dests, err := c.ExchangeDests(ctx, []oob.Dest{{OutReads: 1, QPN: e.qp.Num(), PSN: e.qp.InitialPSN(),
+		RKey: e.mr.RKey(), VAddr: e.mr.Addr(), GID: e.pa.GID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dests[0]
+	mtu, _ := verbs.MTUFromBytes(p.MTU)
+	if err := e.qp.Connect(verbs.ConnInfo{QPN: d.QPN, PSN: d.PSN, GID: d.GID, MTU: mtu}, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
