@@ -32,9 +32,13 @@ const (
 	// (not the poster's), which needs a CPU: a program spinning on a CQ
 	// should yield its thread, not only its goroutine.
 	CapProgressThread
+	// CapAllocatedMemory: RegMR takes only memory from Context.AllocBuf
+	// (or PD.AllocMR): the device's transport runs in another process
+	// (ibexd) and moves data straight from and into memory it maps.
+	CapAllocatedMemory
 )
 
-var capNames = [...]string{"SAME_HOST", "OTHER_HOSTS", "ONE_SIDED", "ORDERED_PLACEMENT", "COMPLETE_AT_POST", "PROGRESS_THREAD"}
+var capNames = [...]string{"SAME_HOST", "OTHER_HOSTS", "ONE_SIDED", "ORDERED_PLACEMENT", "COMPLETE_AT_POST", "PROGRESS_THREAD", "ALLOCATED_MEMORY"}
 
 // Has reports whether c has every capability of m.
 func (c DeviceCap) Has(m DeviceCap) bool { return c&m == m }

@@ -80,7 +80,39 @@ type MR struct {
 // must not be resized while registered; remote write and remote atomic need
 // local write, as in libibverbs.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
-	return pd.regMR(buf, access, nil)
+	return pd.regMR(buf, 0, false, access, nil)
+}
+
+// RegMRIOVA registers buf as the region [iova, iova+len(buf)) of the
+// PD's address space (ibv_reg_mr_iova): work requests and peers name its
+// bytes by iova rather than by buf's virtual address. A daemon that
+// serves another process's memory registers it at the address that
+// process sees.
+func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	if iova+uint64(len(buf)) < iova {
+		return nil, errorf(ErrInvalidArgument, "reg mr: iova %#x + length %d overflows", iova, len(buf))
+	}
+	return pd.regMR(buf, iova, true, access, nil)
+}
+
+// AllocBuf allocates n bytes that every device of the context can
+// register with RegMR (and RegMRIOVA): where the device's peers or its
+// transport map memory (shared memory, ibexd), memory they can map;
+// ordinary Go memory otherwise. free releases it once no MR covers it.
+// A device with CapAllocatedMemory registers only such memory.
+func (c *Context) AllocBuf(n int) (buf []byte, free func(), err error) {
+	if n <= 0 {
+		return nil, nil, errorf(ErrInvalidArgument, "alloc buf: length %d", n)
+	}
+	a, ok := c.dev.(memAllocator)
+	if !ok {
+		return make([]byte, n), func() {}, nil
+	}
+	buf, free, err = a.AllocMem(n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("alloc buf: %w", err)
+	}
+	return buf, free, nil
 }
 
 // AllocMR allocates n bytes and registers them, the allocate-and-register
@@ -96,13 +128,13 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	}
 	a, ok := pd.ctx.dev.(memAllocator)
 	if !ok {
-		return pd.regMR(make([]byte, n), access, nil)
+		return pd.regMR(make([]byte, n), 0, false, access, nil)
 	}
 	buf, free, err := a.AllocMem(n)
 	if err != nil {
 		return nil, fmt.Errorf("alloc mr: %w", err)
 	}
-	mr, err := pd.regMR(buf, access, free)
+	mr, err := pd.regMR(buf, 0, false, access, free)
 	if err != nil {
 		free()
 		return nil, err
@@ -110,7 +142,7 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	return mr, nil
 }
 
-func (pd *PD) regMR(buf []byte, access Access, free func()) (*MR, error) {
+func (pd *PD) regMR(buf []byte, iova uint64, useIOVA bool, access Access, free func()) (*MR, error) {
 	c := pd.ctx
 	switch {
 	case len(buf) == 0:
@@ -133,7 +165,28 @@ func (pd *PD) regMR(buf []byte, access Access, free func()) (*MR, error) {
 	}
 	mr := &MR{pd: pd, free: free}
 	mr.reg.Buf, mr.reg.Addr, mr.reg.Access = buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access
-	keys.insert(mr)
+	if useIOVA {
+		mr.reg.Addr = iova
+	}
+	undo := func() {
+		_ = pd.use(-1, 0)
+		_ = c.count(&c.nmr, -1, 0, "reg mr")
+	}
+	lkey, rkey, assigned, err := c.bind.AssignKeys(mr)
+	if err != nil {
+		undo()
+		return nil, fmt.Errorf("reg mr: %w", err)
+	}
+	if assigned {
+		mr.lkey, mr.rkey = lkey, rkey
+		if err := keys.insertGiven(mr); err != nil {
+			c.bind.DeregMR(mr)
+			undo()
+			return nil, fmt.Errorf("reg mr: %w", err)
+		}
+	} else {
+		keys.insert(mr)
+	}
 	if err := c.bind.RegMR(mr); err != nil {
 		mr.reg.Kill()
 		keys.remove(mr)
@@ -226,6 +279,21 @@ func (t *keyTable) insert(mr *MR) {
 	}
 	t.lkey[mr.lkey] = mr
 	t.rkey[mr.rkey] = mr
+}
+
+// insertGiven enters keys a device assigned; it refuses keys another MR
+// of this process holds (a device of another provider picked them).
+func (t *keyTable) insertGiven(mr *MR) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, lused := t.lkey[mr.lkey]
+	_, rused := t.rkey[mr.rkey]
+	if lused || rused || mr.lkey == 0 || mr.rkey == 0 {
+		return errorf(ErrInvalidArgument, "device assigned lkey %#x rkey %#x, which are zero or already in use in this process", mr.lkey, mr.rkey)
+	}
+	t.lkey[mr.lkey] = mr
+	t.rkey[mr.rkey] = mr
+	return nil
 }
 
 func (t *keyTable) remove(mr *MR) {

@@ -33,6 +33,10 @@ type deviceBinding interface {
 	// RegMR and DeregMR tell a device that publishes MRs to its peers.
 	RegMR(mr *MR) error
 	DeregMR(mr *MR)
+	// AssignKeys asks a device that owns the keys (a daemon in another
+	// process) for an MR's lkey and rkey; ok is false when the device
+	// leaves them to verbs.
+	AssignKeys(mr *MR) (lkey, rkey uint32, ok bool, err error)
 	// Device is the provider's own device value, for the optional
 	// interfaces below.
 	Device() any
@@ -71,6 +75,15 @@ type (
 	}
 	recvNotifier interface {
 		RecvPosted()
+	}
+	recvIssuer interface {
+		IssueRecv(rsn uint64, sgl []SGE) error
+	}
+	modifyNotifier interface {
+		Modified(from, to QPState, attr *QPAttr, mask AttrMask) error
+	}
+	qpNumberer interface {
+		QPNum() uint32
 	}
 )
 

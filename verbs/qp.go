@@ -38,20 +38,22 @@ type QPInitAttr struct {
 // QP is a reliable-connection queue pair (ibv_qp). It is safe for concurrent
 // use: PostSend, PostRecv and Modify may be called from any goroutine.
 type QP struct {
-	ctx      *Context
-	pd       *PD
-	num      uint32
-	sendCQ   *CQ
-	recvCQ   *CQ
-	cap      QPCap
-	sigAll   bool
-	initPSN  uint32
-	drv      qpDriver
-	exec     executor      // drv, when it executes requests in the poster's goroutine
-	issuer   issuer        // drv, when it completes requests asynchronously
-	notify   stateNotifier // drv, when it wants state changes
-	recvNote recvNotifier  // drv, when it wants to hear of posted receives
-	timer    *time.Timer
+	ctx       *Context
+	pd        *PD
+	num       uint32
+	sendCQ    *CQ
+	recvCQ    *CQ
+	cap       QPCap
+	sigAll    bool
+	initPSN   uint32
+	drv       qpDriver
+	exec      executor       // drv, when it executes requests in the poster's goroutine
+	issuer    issuer         // drv, when it completes requests asynchronously
+	notify    stateNotifier  // drv, when it wants state changes
+	recvNote  recvNotifier   // drv, when it wants to hear of posted receives
+	recvIssue recvIssuer     // drv, when it takes each posted receive
+	modNote   modifyNotifier // drv, when it must agree to every Modify
+	timer     *time.Timer
 
 	// mu guards everything below it. Lock order: respMu, then mu, then a
 	// CQ's mutex.
@@ -169,6 +171,11 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	qp.drv = drv
 	qp.notify, _ = d.(stateNotifier)
 	qp.recvNote, _ = d.(recvNotifier)
+	qp.recvIssue, _ = d.(recvIssuer)
+	qp.modNote, _ = d.(modifyNotifier)
+	if n, ok := d.(qpNumberer); ok {
+		qp.num = n.QPNum()
+	}
 	return qp, nil
 }
 
@@ -187,6 +194,12 @@ func (qp *QP) PD() *PD { return qp.pd }
 
 // Context is the QP's device context.
 func (qp *QP) Context() *Context { return qp.ctx }
+
+// SendCQ is the CQ of the QP's send completions.
+func (qp *QP) SendCQ() *CQ { return qp.sendCQ }
+
+// RecvCQ is the CQ of the QP's receive completions.
+func (qp *QP) RecvCQ() *CQ { return qp.recvCQ }
 
 // Cap is the QP's queue sizes after defaults.
 func (qp *QP) Cap() QPCap { return qp.cap }
@@ -256,6 +269,11 @@ func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 		if pa, perr := qp.ctx.bind.PortAttr(qp.portLocked(attr, mask)); perr == nil && attr.PathMTU > pa.MaxMTU {
 			err = errorf(ErrInvalidArgument, "path_mtu %d exceeds the port's max_mtu %d", attr.PathMTU.Bytes(), pa.MaxMTU.Bytes())
 		}
+	}
+	if err == nil && qp.modNote != nil {
+		// The device holds its own copy of the QP (a daemon's): it
+		// must agree before the change is made here.
+		err = qp.modNote.Modified(from, to, attr, mask)
 	}
 	if err != nil {
 		unlock()

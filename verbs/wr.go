@@ -182,6 +182,12 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 			err = &PostError{Op: "post recv", QPN: qp.num, Index: i, Err: e}
 			break
 		}
+		if qp.recvIssue != nil {
+			if e := qp.recvIssue.IssueRecv(q.nextRSN+1, wrs[i].SGL); e != nil {
+				err = &PostError{Op: "post recv", QPN: qp.num, Index: i, Err: e}
+				break
+			}
+		}
 		r.id, r.length = wrs[i].ID, n
 		q.nextRSN++
 		r.rsn = q.nextRSN

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	_ "github.com/ibex-rdma/ibex/provider/ibexd"    // the daemon's devices (udp0 through ibexd), when one runs
 	_ "github.com/ibex-rdma/ibex/provider/loopback" // registers loop0
 	_ "github.com/ibex-rdma/ibex/provider/shm"      // registers shm0 (shared memory between processes)
 	_ "github.com/ibex-rdma/ibex/provider/udp"      // registers udp0 (RoCEv2 over UDP)
@@ -73,7 +74,7 @@ func newRootCmd() *cobra.Command {
 		},
 	}
 	addDemoFlags(root, &demoOpt)
-	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newSimCmd(), newVersionCmd())
+	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newSimCmd(), newDaemonCmd(), newVersionCmd())
 	return root
 }
 

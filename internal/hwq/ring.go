@@ -220,3 +220,12 @@ func (c *Consumer) Pop(dst []byte) (bool, error) {
 func corruptf(format string, args ...any) error {
 	return fmt.Errorf("hwq: "+format+": %w", append(args, ErrCorrupt)...)
 }
+
+// Trim gives back reserved entries beyond the first n, so that Publish
+// publishes only those (a daemon that reserved room for a batch of
+// completions and found fewer). n above the reservation changes nothing.
+func (p *Producer) Trim(n int) {
+	if n >= 0 && uint64(n) < p.reserved {
+		p.reserved = uint64(n)
+	}
+}

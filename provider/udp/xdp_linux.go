@@ -67,9 +67,24 @@ var xdpStderr io.Writer = os.Stderr
 
 // defaultListen is the listenFunc of a device named name that a test has
 // not given one: AF_XDP or the UDP socket, as IBEX_UDP_XDP says.
-func defaultListen(name string) listenFunc {
+func defaultListen(name string) listenFunc { return xdpListen(name, "") }
+
+// connMode names the path a device's conn takes (DeviceMode).
+func connMode(c batchConn) string {
+	if _, ok := c.(*xdpConn); ok {
+		return "af_xdp"
+	}
+	return "socket"
+}
+
+// xdpListen opens AF_XDP or the UDP socket as mode says ("" follows
+// IBEX_UDP_XDP).
+func xdpListen(name, mode string) listenFunc {
 	return func(addr netip.AddrPort, c *counters) (batchConn, error) {
-		v := os.Getenv("IBEX_UDP_XDP")
+		v := mode
+		if v == "" {
+			v = os.Getenv("IBEX_UDP_XDP")
+		}
 		on := false
 		switch strings.ToLower(v) {
 		case "off", "0", "false":

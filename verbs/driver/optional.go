@@ -25,6 +25,17 @@ type MRPublisher interface {
 	DeregMR(mr MR)
 }
 
+// KeyAssigner is a Device whose MR keys are assigned outside this process
+// (ibexd, which owns the transport and checks every access, as an HCA
+// assigns keys in its firmware). AssignKeys is called before the MR is
+// usable, with its memory, address and access set; verbs enters the keys
+// in the process's table and refuses them if another MR holds them, then
+// calls MRPublisher.DeregMR, which the device must implement to release
+// them (it is also called at Dereg).
+type KeyAssigner interface {
+	AssignKeys(mr MR) (lkey, rkey uint32, err error)
+}
+
 // PortCounterReader is a Device that keeps port counters
 // (verbs.Context.PortCounters).
 type PortCounterReader interface {
@@ -53,6 +64,34 @@ type Idler interface {
 // it must not block (a completion the transport reports can cause one).
 type StateNotifier interface {
 	StateChanged(from, to verbs.QPState, attr verbs.QPAttr)
+}
+
+// RecvIssuer is a QPDriver whose transport keeps its own receive queue
+// (a daemon that places incoming SENDs itself): IssueRecv is called for
+// each receive PostRecv accepts, in order, with its receive sequence
+// number (what QP.RecvComplete names it by) and its validated SGE list,
+// under the QP's lock: it must not block. An error fails that receive's
+// post (it is not queued).
+type RecvIssuer interface {
+	IssueRecv(rsn uint64, sgl []verbs.SGE) error
+}
+
+// ModifyNotifier is a QPDriver whose transport holds its own copy of the
+// QP's attributes (a daemon's QP): Modified is called by QP.Modify once
+// verbs has validated the change and before it is made, with the
+// application's attr and mask, under the QP's lock; an error refuses the
+// change and QP.Modify returns it. It may block for a bounded time (a
+// round trip to the daemon with a deadline); transitions the transport
+// causes (ERR) do not call it.
+type ModifyNotifier interface {
+	Modified(from, to verbs.QPState, attr *verbs.QPAttr, mask verbs.AttrMask) error
+}
+
+// QPNumberer is a QPDriver whose QP numbers are allocated outside this
+// process (ibexd allocates them for every process on the host): verbs
+// takes QPNum as the QP's number once NewQP returns.
+type QPNumberer interface {
+	QPNum() uint32
 }
 
 // RecvNotifier is a QPDriver that hears about posted receives (to grant

@@ -27,12 +27,22 @@ func (b providerBinding) OpenDevice(device string, c *verbs.Context) (any, error
 		return nil, fmt.Errorf("provider %s: Open returned no device", b.p.Name())
 	}
 	pub, _ := d.(MRPublisher)
-	return deviceBinding{d: d, pub: pub}, nil
+	keys, _ := d.(KeyAssigner)
+	return deviceBinding{d: d, pub: pub, keys: keys}, nil
 }
 
 type deviceBinding struct {
-	d   Device
-	pub MRPublisher
+	d    Device
+	pub  MRPublisher
+	keys KeyAssigner
+}
+
+func (b deviceBinding) AssignKeys(mr *verbs.MR) (lkey, rkey uint32, ok bool, err error) {
+	if b.keys == nil {
+		return 0, 0, false, nil
+	}
+	lkey, rkey, err = b.keys.AssignKeys(MR{mr})
+	return lkey, rkey, err == nil, err
 }
 
 func (b deviceBinding) DeviceAttr() verbs.DeviceAttr                { return b.d.DeviceAttr() }

@@ -42,7 +42,7 @@ func newPD(t testing.TB, c *verbs.Context) *verbs.PD {
 func testMR(t *testing.T, cfg Config) {
 	a, _ := openPair(t, cfg)
 	pd := newPD(t, a)
-	buf := make([]byte, 4096)
+	buf := Buf(a, 4096)
 	_, err := pd.RegMR(buf, verbs.AccessRemoteWrite)
 	errContains(t, err, verbs.ErrInvalidArgument, "LOCAL_WRITE")
 	_, err = pd.RegMR(buf, verbs.AccessRemoteAtomic|verbs.AccessRemoteRead)
@@ -80,7 +80,7 @@ func testMR(t *testing.T, cfg Config) {
 func testMRKeys(t *testing.T, cfg Config) {
 	a, _ := openPair(t, cfg)
 	pd := newPD(t, a)
-	buf := make([]byte, 64)
+	buf := Buf(a, 64)
 	seen := map[uint32]bool{}
 	var keys []uint32
 	for range 256 {
@@ -119,7 +119,7 @@ func testResources(t *testing.T, cfg Config) {
 	errContains(t, err, verbs.ErrInvalidArgument, "depth 0")
 	_, err = a.CreateCQ(a.QueryDevice().MaxCQE + 1)
 	errContains(t, err, verbs.ErrInvalidArgument)
-	mr, err := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	mr, err := pd.RegMR(Buf(pd.Context(), 64), verbs.AccessLocalWrite)
 	must(t, err, "reg mr")
 	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq})
 	must(t, err, "create qp")

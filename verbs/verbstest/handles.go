@@ -132,7 +132,7 @@ func (l localCtx) Close() error { return l.c.Close() }
 type localPD struct{ pd *verbs.PD }
 
 func (l localPD) RegMR(n int, access verbs.Access) (mrHandle, error) {
-	mr, err := l.pd.RegMR(make([]byte, n), access)
+	mr, err := l.pd.RegMR(Buf(l.pd.Context(), n), access)
 	if err != nil {
 		return nil, err
 	}
@@ -158,3 +158,17 @@ type localMR struct{ *verbs.MR }
 func (l localMR) Read(off, n int) []byte { return append([]byte(nil), l.Bytes()[off:off+n]...) }
 
 func (l localMR) Write(off int, data []byte) { copy(l.Bytes()[off:off+len(data)], data) }
+
+// Buf is n bytes of fresh memory for RegMR: make([]byte, n), or, on a
+// device with CapAllocatedMemory, Context.AllocBuf's (kept until the
+// context closes). n <= 0 gives nil, for the suite's length checks.
+func Buf(c *verbs.Context, n int) []byte {
+	if n <= 0 || !c.QueryDevice().Caps.Has(verbs.CapAllocatedMemory) {
+		return make([]byte, max(n, 0))
+	}
+	b, _, err := c.AllocBuf(n)
+	if err != nil {
+		return make([]byte, n) // RegMR then says why
+	}
+	return b
+}

@@ -260,7 +260,7 @@ func (s *server) do(req *request, resp *response) error {
 		if req.N < 0 {
 			return fmt.Errorf("reg mr: length %d: %w", req.N, verbs.ErrInvalidArgument)
 		}
-		buf := make([]byte, req.N)
+		buf := Buf(pd.Context(), req.N)
 		mr, err := pd.RegMR(buf, req.Access)
 		if err != nil {
 			return err

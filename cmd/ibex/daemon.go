@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ibex-rdma/ibex/daemon"
+	"github.com/ibex-rdma/ibex/internal/ibexdwire"
+	"github.com/ibex-rdma/ibex/provider/ibexd"
+)
+
+type daemonOptions struct {
+	Config string
+	Socket string
+	Cores  []int
+	Check  bool
+}
+
+func newDaemonCmd() *cobra.Command {
+	var opt daemonOptions
+	cmd := &cobra.Command{
+		Use:   "daemon [--config FILE] [--socket PATH] [--cores LIST]",
+		Short: "Run ibexd, the host's daemon that owns the devices and runs every process's transport",
+		Long: "Run ibexd: one per host. It owns the network devices (udp0, ... on AF_XDP or\n" +
+			"a UDP socket) and runs the RC transport of every process attached to it on its\n" +
+			"own cores, as a DPU does. Processes attach with no code change: while a daemon\n" +
+			"answers on its socket (IBEX_DAEMON_SOCKET, default " + daemon.DefaultSocket + "),\n" +
+			"verbs.Open(\"udp0\") and -d udp0 go through it (provider ibexd); with none, they\n" +
+			"run in-process. IBEX_DAEMON=off ignores a running daemon.\n\n" +
+			"The configuration (YAML: socket, cores, devices, limits, poll) is described in\n" +
+			"deploy/ibexd.yaml; --socket and --cores override it. SIGTERM or SIGINT stops the\n" +
+			"daemon: attached processes see their QPs go to ERR, naming the daemon.\n\n" +
+			"Examples:\n" +
+			"  ibex daemon --config /etc/ibex/ibexd.yaml\n" +
+			"  ibex daemon --socket /tmp/ibexd.sock --cores 1\n" +
+			"  ibex daemon status",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadDaemonConfig(cmd, opt)
+			if err != nil {
+				return err
+			}
+			if opt.Check {
+				fmt.Fprintf(cmd.OutOrStdout(), "config ok: socket %s, %d devices, cores %v\n", cfg.Socket, len(cfg.Devices), cfg.Cores)
+				return nil
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			d, err := daemon.New(cfg)
+			if err != nil {
+				return err
+			}
+			st := d.Status()
+			for _, dv := range st.Devices {
+				fmt.Fprintf(cmd.ErrOrStderr(), "ibexd: %s on %s (%s)\n", dv.Name, dv.Address, dv.Mode)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "ibexd: pid %d serving %s\n", os.Getpid(), d.Socket())
+			return d.Serve(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opt.Config, "config", "", "configuration file (YAML); default: built-in defaults")
+	f.StringVar(&opt.Socket, "socket", "", "unix socket to serve (overrides the config's socket)")
+	f.IntSliceVar(&opt.Cores, "cores", nil, "CPUs to run on, e.g. 2,3 (overrides the config's cores)")
+	f.BoolVar(&opt.Check, "check", false, "validate the configuration and exit")
+	cmd.AddCommand(newDaemonStatusCmd())
+	return cmd
+}
+
+func loadDaemonConfig(cmd *cobra.Command, opt daemonOptions) (daemon.Config, error) {
+	cfg := daemon.DefaultConfig()
+	if opt.Config != "" {
+		var err error
+		if cfg, err = daemon.LoadConfig(opt.Config); err != nil {
+			return cfg, err
+		}
+	}
+	if cmd.Flags().Changed("socket") {
+		cfg.Socket = opt.Socket
+	}
+	if cmd.Flags().Changed("cores") {
+		cfg.Cores = opt.Cores
+	}
+	return cfg, cfg.Validate()
+}
+
+func newDaemonStatusCmd() *cobra.Command {
+	var socket string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--socket PATH] [--json]",
+		Short: "List the daemon's devices, attached processes, their QPs and counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if socket == "" {
+				socket = ibexd.SocketPath()
+			}
+			st, err := ibexd.QueryStatus(socket, 5*time.Second)
+			if err != nil {
+				return fmt.Errorf("no daemon answers: %w", err)
+			}
+			if asJSON {
+				e := json.NewEncoder(cmd.OutOrStdout())
+				e.SetIndent("", "  ")
+				return e.Encode(st)
+			}
+			writeDaemonStatus(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", "", "the daemon's socket (default IBEX_DAEMON_SOCKET or "+daemon.DefaultSocket+")")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	return cmd
+}
+
+func writeDaemonStatus(w io.Writer, st *ibexdwire.Status) {
+	fmt.Fprintf(w, "ibexd pid %d on %s, up since %s, cores %v, %d processes attached, %d detached for misbehaving\n",
+		st.PID, st.Socket, st.Started, st.Cores, len(st.Clients), st.Detached)
+	for _, d := range st.Devices {
+		fmt.Fprintf(w, "device %s on %s (%s)\n", d.Name, d.Address, d.Mode)
+		var ctrs []string
+		for _, c := range d.Counters {
+			ctrs = append(ctrs, fmt.Sprintf("%s=%d", c.Name, c.Value))
+		}
+		if len(ctrs) > 0 {
+			fmt.Fprintf(w, "  counters: %s\n", strings.Join(ctrs, " "))
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "PID\tDEVICE\tQPS\tCQS\tMRS\tMR_BYTES\tPOSTED\tCOMPLETED\tCOMMAND")
+	for _, c := range st.Clients {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", c.PID, c.Device, len(c.QPs), c.CQs, c.MRs, c.MRBytes, c.Posted, c.Comps, c.Command)
+	}
+	tw.Flush()
+	for _, c := range st.Clients {
+		for _, q := range c.QPs {
+			fmt.Fprintf(w, "  pid %d qp %#x %s -> %#x sends=%d recvs=%d pkts_sent=%d pkts_recv=%d retransmits=%d",
+				c.PID, q.QPN, q.State, q.DestQPN, q.Stats.Sends, q.Stats.Recvs, q.Stats.PktsSent, q.Stats.PktsRecv, q.Stats.Retransmits)
+			if q.Err != "" {
+				fmt.Fprintf(w, " err=%q", q.Err)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}

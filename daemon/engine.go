@@ -1,0 +1,364 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/ibex-rdma/ibex/ib"
+	"github.com/ibex-rdma/ibex/internal/hwq"
+	"github.com/ibex-rdma/ibex/internal/ibexdwire"
+	"github.com/ibex-rdma/ibex/internal/shmem"
+	"github.com/ibex-rdma/ibex/verbs"
+)
+
+// engineSet is what an engine serves: replaced whole by the control path
+// (under engMu), read by the engine without a lock.
+type engineSet struct {
+	qps []*qpEntry
+	cqs []*cqEntry
+}
+
+// cqEntry is a daemon CQ and the process's completion ring it feeds.
+type cqEntry struct {
+	id      uint32
+	cq      *verbs.CQ
+	seg     *shmem.Segment
+	prod    *hwq.Producer
+	wcs     []verbs.WC
+	cqe     hwq.CQE
+	drained chan struct{} // the engine found the CQ empty: watch may wait again
+	cancel  context.CancelFunc
+	stopped chan struct{}
+}
+
+// watch wakes a sleeping engine when the daemon CQ gets a completion (a
+// response from the network, an incoming SEND): the engine sleeps on the
+// doorbell word, which only the process and this goroutine ring.
+func (e *cqEntry) watch(ctx context.Context, db []byte) {
+	defer close(e.stopped)
+	for {
+		if err := e.cq.Wait(ctx); err != nil {
+			// ctx ended, or the CQ overflowed and nothing more will
+			// come on it.
+			return
+		}
+		ibexdwire.Ring(db)
+		select {
+		case <-e.drained:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (e *cqEntry) stop() {
+	e.cancel()
+	<-e.stopped
+}
+
+// qpEntry is a daemon QP and the process's send and receive rings.
+type qpEntry struct {
+	qp       *verbs.QP
+	seg      *shmem.Segment
+	rqOff    int
+	sq, rq   *hwq.Consumer
+	sendCQ   *cqEntry
+	recvCQ   *cqEntry
+	slim     hwq.Limits
+	rlim     hwq.Limits
+	buf      []byte // one entry, copied out of the ring before decoding
+	swqe     hwq.SendWQE
+	rwqe     hwq.RecvWQE
+	swrs     []verbs.SendWR
+	rwrs     []verbs.RecvWR
+	sgls     [][]verbs.SGE
+	inls     [][]byte
+	maxBatch int
+}
+
+func newQPEntry(qp *verbs.QP, scq, rcq *cqEntry, pid int) (*qpEntry, error) {
+	cp := qp.Cap()
+	q := &qpEntry{qp: qp, sendCQ: scq, recvCQ: rcq,
+		slim: hwq.Limits{MaxSGE: cp.MaxSendSGE, MaxInline: cp.MaxInlineData},
+		rlim: hwq.Limits{MaxSGE: cp.MaxRecvSGE}}
+	ssize, rsize := hwq.SendWQESize(q.slim), hwq.RecvWQESize(q.rlim)
+	sn, rn := ringCount(cp.MaxSendWR), ringCount(cp.MaxRecvWR)
+	sbytes, err := hwq.RegionSize(ssize, sn)
+	if err != nil {
+		return nil, err
+	}
+	rbytes, err := hwq.RegionSize(rsize, rn)
+	if err != nil {
+		return nil, err
+	}
+	q.rqOff = (sbytes + hwq.Align - 1) &^ (hwq.Align - 1)
+	seg, err := shmem.Create(fmt.Sprintf("ibexd-qp-%d", pid), int64(pageRound(q.rqOff+rbytes)))
+	if err != nil {
+		return nil, err
+	}
+	sr, err := hwq.Init(seg.Mem[:sbytes], hwq.Config{EntrySize: ssize, Count: sn})
+	if err == nil {
+		q.sq, err = sr.Consumer(hwq.WaitOptions{})
+	}
+	if err == nil {
+		var rr *hwq.Ring
+		rr, err = hwq.Init(seg.Mem[q.rqOff:q.rqOff+rbytes], hwq.Config{EntrySize: rsize, Count: rn})
+		if err == nil {
+			q.rq, err = rr.Consumer(hwq.WaitOptions{})
+		}
+	}
+	if err != nil {
+		seg.Close()
+		return nil, err
+	}
+	q.seg = seg
+	q.buf = make([]byte, max(ssize, rsize))
+	q.maxBatch = 32
+	q.swrs = make([]verbs.SendWR, q.maxBatch)
+	q.rwrs = make([]verbs.RecvWR, q.maxBatch)
+	q.sgls = make([][]verbs.SGE, q.maxBatch)
+	q.inls = make([][]byte, q.maxBatch)
+	for i := range q.maxBatch {
+		q.sgls[i] = make([]verbs.SGE, max(cp.MaxSendSGE, cp.MaxRecvSGE))
+		q.inls[i] = make([]byte, cp.MaxInlineData)
+	}
+	q.swqe.SGL = make([]hwq.SGE, 0, cp.MaxSendSGE)
+	q.swqe.Inline = make([]byte, 0, cp.MaxInlineData)
+	q.rwqe.SGL = make([]hwq.SGE, 0, cp.MaxRecvSGE)
+	return q, nil
+}
+
+// discard drops what the rings hold (the QP was reset).
+func (q *qpEntry) discard() {
+	if n, err := q.sq.Available(); err == nil {
+		q.sq.Release(n)
+	}
+	if n, err := q.rq.Available(); err == nil {
+		q.rq.Release(n)
+	}
+}
+
+// errHostile marks a process that broke the ring protocol.
+var errHostile = errors.New("ring protocol violated")
+
+// pumpSQ moves send WQEs from the ring to the daemon QP. Every request is
+// posted signaled: the process's verbs needs a completion for each to
+// free its queue slot, and decides itself which the application sees.
+func (q *qpEntry) pumpSQ() (int, error) {
+	avail, err := q.sq.Available()
+	if err != nil {
+		return 0, fmt.Errorf("qp %#x send queue: %w: %w", q.qp.Num(), errHostile, err)
+	}
+	if avail == 0 {
+		return 0, nil
+	}
+	k := min(avail, q.maxBatch)
+	for i := range k {
+		q.sq.CopyOut(i, q.buf)
+		if err := q.swqe.Decode(q.buf, q.slim); err != nil {
+			return 0, fmt.Errorf("qp %#x send queue: %w: %w", q.qp.Num(), errHostile, err)
+		}
+		w := &q.swqe
+		wr := &q.swrs[i]
+		*wr = verbs.SendWR{ID: w.WRID, Opcode: verbs.Opcode(w.Opcode), Flags: verbs.SendFlags(w.Flags) | verbs.SendSignaled,
+			Imm: w.Imm, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap}
+		if w.Flags&ib.SendInline != 0 {
+			wr.Inline = q.inls[i][:copy(q.inls[i], w.Inline)]
+		} else {
+			sgl := q.sgls[i][:len(w.SGL)]
+			for j, s := range w.SGL {
+				sgl[j] = verbs.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
+			}
+			wr.SGL = sgl
+		}
+	}
+	done := 0
+	for done < k {
+		err := q.qp.PostSend(q.swrs[done:k])
+		if err == nil {
+			done = k
+			break
+		}
+		var pe *verbs.PostError
+		if !errors.As(err, &pe) {
+			return 0, fmt.Errorf("qp %#x: post send: %w", q.qp.Num(), err)
+		}
+		done += pe.Index
+		switch {
+		case errors.Is(err, verbs.ErrInvalidState) || errors.Is(err, verbs.ErrClosed):
+			// Reset or destroyed since the process posted: RESET
+			// discards without completions.
+			done = k
+		case errors.Is(err, verbs.ErrInvalidLKey):
+			// The MR went away between the post and now: the
+			// request fails as an HCA fails it, with LOC_PROT_ERR,
+			// and the QP moves to ERR (the rest are flushed).
+			bad := &q.swrs[done]
+			_ = q.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.AttrState)
+			q.sendCQ.cqe = hwq.CQE{WRID: bad.ID, Status: ib.WCStatus(verbs.WCLocProtErr), QPNum: q.qp.Num()}
+			if perr := q.sendCQ.cqe.Push(q.sendCQ.prod); perr != nil && !errors.Is(perr, hwq.ErrFull) {
+				return 0, fmt.Errorf("qp %#x send cq: %w: %w", q.qp.Num(), errHostile, perr)
+			}
+			done++
+		default:
+			return 0, fmt.Errorf("qp %#x: %w: the process posted what its own verbs should have refused: %w", q.qp.Num(), errHostile, err)
+		}
+	}
+	q.sq.Release(k)
+	return k, nil
+}
+
+// pumpRQ moves receive WQEs from the ring to the daemon QP; the wr_id is
+// the process's receive sequence number.
+func (q *qpEntry) pumpRQ() (int, error) {
+	avail, err := q.rq.Available()
+	if err != nil {
+		return 0, fmt.Errorf("qp %#x receive queue: %w: %w", q.qp.Num(), errHostile, err)
+	}
+	if avail == 0 {
+		return 0, nil
+	}
+	k := min(avail, q.maxBatch)
+	for i := range k {
+		q.rq.CopyOut(i, q.buf)
+		if err := q.rwqe.Decode(q.buf, q.rlim); err != nil {
+			return 0, fmt.Errorf("qp %#x receive queue: %w: %w", q.qp.Num(), errHostile, err)
+		}
+		sgl := q.sgls[i][:len(q.rwqe.SGL)]
+		for j, s := range q.rwqe.SGL {
+			sgl[j] = verbs.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
+		}
+		q.rwrs[i] = verbs.RecvWR{ID: q.rwqe.WRID, SGL: sgl}
+	}
+	if err := q.qp.PostRecv(q.rwrs[:k]); err != nil {
+		if !errors.Is(err, verbs.ErrInvalidState) && !errors.Is(err, verbs.ErrClosed) && !errors.Is(err, verbs.ErrInvalidLKey) {
+			return 0, fmt.Errorf("qp %#x: %w: post recv: %w", q.qp.Num(), errHostile, err)
+		}
+		// Reset since, or an MR gone: dropped as the RESET or the
+		// process's own dereg decided.
+	}
+	q.rq.Release(k)
+	return k, nil
+}
+
+// pump moves completions from the daemon CQ to the process's ring, as
+// many as the ring has room for. Polling drives the device's progress.
+func (e *cqEntry) pump() (int, error) {
+	room, err := e.prod.Reserve(len(e.wcs))
+	if err != nil && !errors.Is(err, hwq.ErrFull) {
+		return 0, fmt.Errorf("cq %d: %w: %w", e.id, errHostile, err)
+	}
+	if room == 0 {
+		return 0, nil
+	}
+	room = min(room, len(e.wcs))
+	n, perr := e.cq.Poll(e.wcs[:room])
+	for i := range n {
+		wc := &e.wcs[i]
+		e.cqe = hwq.CQE{WRID: wc.WRID, Status: ib.WCStatus(wc.Status), Opcode: uint8(wc.Opcode), Flags: uint8(wc.Flags),
+			ByteLen: wc.ByteLen, QPNum: wc.QPNum, SrcQP: wc.SrcQP, Imm: wc.Imm}
+		if err := e.cqe.Encode(e.prod.Entry(i)); err != nil {
+			return 0, err
+		}
+	}
+	if n < room {
+		select {
+		case e.drained <- struct{}{}:
+		default:
+		}
+	}
+	// Publish only what was written; the reservation of the rest is
+	// kept for the next pass.
+	e.prod.Trim(n)
+	if n > 0 {
+		e.prod.Publish()
+	}
+	if perr != nil && n == 0 {
+		// The daemon CQ overflowed: the process's QPs on it were moved
+		// to ERR by verbs; nothing more will come.
+		return 0, nil
+	}
+	return n, nil
+}
+
+// engine runs the process's data path until ctx ends or the process
+// breaks the ring protocol (it is then detached).
+func (c *client) engine(ctx context.Context) {
+	defer close(c.done)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	spin := time.Duration(c.d.cfg.Poll.Spin)
+	maxSleep := time.Duration(c.d.cfg.Poll.MaxSleep)
+	sleeping := ibexdwire.Sleeping(c.db.Mem)
+	var idleSince time.Time
+	sleep := 20 * time.Microsecond
+	for i := 0; ; i++ {
+		if ctx.Err() != nil {
+			return
+		}
+		n, err := c.pass()
+		if err != nil {
+			go c.detach(err)
+			<-ctx.Done()
+			return
+		}
+		if n > 0 {
+			idleSince = time.Time{}
+			sleep = 20 * time.Microsecond
+			continue
+		}
+		now := time.Now()
+		if idleSince.IsZero() {
+			idleSince = now
+		}
+		if now.Sub(idleSince) < spin {
+			if i%64 == 0 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		// Sleep: say so, look once more (a doorbell rung before the
+		// flag was visible is seen here), then wait for a doorbell,
+		// a completion's watcher or the timeout.
+		sleeping.Store(1)
+		if n, err = c.pass(); n > 0 || err != nil {
+			sleeping.Store(0)
+			continue
+		}
+		shmem.FutexWait(sleeping, 1, sleep)
+		sleeping.Store(0)
+		sleep = min(2*sleep, maxSleep)
+	}
+}
+
+// pass is one pass over every ring and CQ of the process.
+func (c *client) pass() (int, error) {
+	c.engMu.Lock()
+	defer c.engMu.Unlock()
+	s := c.set.Load()
+	total := 0
+	for _, q := range s.qps {
+		n, err := q.pumpSQ()
+		if err != nil {
+			return 0, err
+		}
+		c.posted.Add(uint64(n))
+		total += n
+		if n, err = q.pumpRQ(); err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	for _, e := range s.cqs {
+		n, err := e.pump()
+		if err != nil {
+			return 0, err
+		}
+		c.completed.Add(uint64(n))
+		total += n
+	}
+	return total, nil
+}
