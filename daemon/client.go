@@ -213,9 +213,20 @@ func (c *client) events(ctx context.Context) {
 		if err != nil {
 			return
 		}
+		switch ev.Type {
+		case verbs.EventQPFatal, verbs.EventQPReqErr, verbs.EventQPAccessErr:
+		default:
+			// SQ_DRAINED, COMM_EST: the process's verbs makes its own;
+			// CQ_ERR comes with a QP_FATAL of the QP that lost a
+			// completion.
+			continue
+		}
 		if ev.QP == nil {
 			continue
 		}
+		// Completions the QP made before the event go to the rings
+		// first, so the process sees them before the QP fails.
+		_, _ = c.pass()
 		cause := ev.String()
 		if ev.Cause != nil {
 			cause = ev.Cause.Error()

@@ -390,7 +390,24 @@ type validator struct {
 }
 
 func (v *validator) bad(field, format string, args ...any) {
-	v.errs = append(v.errs, &fieldError{field: field, msg: fmt.Sprintf(format, args...), line: v.lines[field]})
+	v.errs = append(v.errs, &fieldError{field: field, msg: fmt.Sprintf(format, args...), line: v.line(field)})
+}
+
+// line is the line of field in the file, or of the nearest enclosing
+// value the file gives when it leaves field out ("devices[2]" for a
+// missing "devices[2].name"); 0 when the config is not from a file.
+func (v *validator) line(field string) int {
+	for p := field; p != ""; {
+		if l, ok := v.lines[p]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return 0
 }
 
 // count fills a zero limit with its default and refuses a negative one.
@@ -399,7 +416,7 @@ func (v *validator) count(field string, n *int, def int) {
 	case *n == 0:
 		*n = def
 	case *n < 0:
-		v.bad(field, "%d must not be negative (0 or none means the default, %d)", *n, def)
+		v.bad(field, "%d must not be negative (0 or absent means the default, %d)", *n, def)
 	}
 }
 
@@ -410,7 +427,7 @@ func (v *validator) duration(field string, d *Duration, def Duration) {
 	case *d == 0:
 		*d = def
 	case *d < 0:
-		v.bad(field, "%v must not be negative (0 or none means the default, %v)", *d, def)
+		v.bad(field, "%v must not be negative (0 or absent means the default, %v)", *d, def)
 	}
 }
 

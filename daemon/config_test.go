@@ -223,7 +223,7 @@ func TestConfigErrors(t *testing.T) {
 			[]string{"cores: ", "want a list", "(line 1)"}},
 
 		{"missing name", "devices:\n  - address: 10.0.0.1\n",
-			[]string{"devices[0].name: ", "missing; want udpN"}},
+			[]string{"devices[0].name: ", "missing; want udpN", "(line 2)"}},
 		{"bad name", "devices:\n  - name: eth0\n    address: 10.0.0.1\n",
 			[]string{"devices[0].name: ", `"eth0" is not udpN`, "(line 2)"}},
 		{"name without number", "devices:\n  - name: udp\n    address: 10.0.0.1\n",
@@ -234,7 +234,7 @@ func TestConfigErrors(t *testing.T) {
 			[]string{"devices[1].name: ", `"udp0" is also the name of devices[0]`, "(line 3)"}},
 
 		{"missing address", "devices:\n  - name: udp0\n",
-			[]string{"devices[0].address: ", "missing; want an IP address"}},
+			[]string{"devices[0].address: ", "missing; want an IP address", "(line 2)"}},
 		{"bad IPv4", "devices:\n  - {name: udp0, address: 10.0.0.1}\n  - name: udp1\n    address: 10.0.0.300\n",
 			[]string{"devices[1].address: ", `"10.0.0.300" is not an IP address`, "(line 4)"}},
 		{"host name", "devices:\n  - {name: udp0, address: node1.example}\n",
@@ -265,13 +265,13 @@ func TestConfigErrors(t *testing.T) {
 			[]string{"devices: ", "udp0: want a list", "(line 1)"}},
 
 		{"negative max_clients", "limits:\n  max_clients: -1\n",
-			[]string{"limits.max_clients: ", "-1 must not be negative (0 or none means the default, 1024)", "(line 2)"}},
+			[]string{"limits.max_clients: ", "-1 must not be negative (0 or absent means the default, 1024)", "(line 2)"}},
 		{"negative max_qps", "limits:\n  max_qps: -2\n",
-			[]string{"limits.max_qps: ", "-2 must not be negative (0 or none means the default, 4096)", "(line 2)"}},
+			[]string{"limits.max_qps: ", "-2 must not be negative (0 or absent means the default, 4096)", "(line 2)"}},
 		{"negative max_cqs", "limits:\n  max_cqs: -3\n",
 			[]string{"limits.max_cqs: ", "-3 must not be negative", "(line 2)"}},
 		{"negative max_mrs", "limits:\n  max_mrs: -4\n",
-			[]string{"limits.max_mrs: ", "-4 must not be negative (0 or none means the default, 65536)", "(line 2)"}},
+			[]string{"limits.max_mrs: ", "-4 must not be negative (0 or absent means the default, 65536)", "(line 2)"}},
 		{"max_qps not a number", "limits:\n  max_qps: many\n",
 			[]string{"limits.max_qps: ", "many: want an integer", "(line 2)"}},
 		{"bad max_memory suffix", "limits:\n  max_memory: 64X\n",
@@ -284,9 +284,9 @@ func TestConfigErrors(t *testing.T) {
 			[]string{"limits: ", "a list: want a mapping", "(line 1)"}},
 
 		{"negative spin", "poll:\n  spin: -5us\n",
-			[]string{"poll.spin: ", "-5µs must not be negative (0 or none means the default, 50µs)", "(line 2)"}},
+			[]string{"poll.spin: ", "-5µs must not be negative (0 or absent means the default, 50µs)", "(line 2)"}},
 		{"negative max_sleep", "poll:\n  max_sleep: -1ms\n",
-			[]string{"poll.max_sleep: ", "-1ms must not be negative (0 or none means the default, 1ms)", "(line 2)"}},
+			[]string{"poll.max_sleep: ", "-1ms must not be negative (0 or absent means the default, 1ms)", "(line 2)"}},
 		// A bare number has no unit to read it in.
 		{"spin without unit", "poll:\n  spin: 50\n",
 			[]string{"poll.spin: ", "50: want a duration such as 50us or 1ms", "(line 2)"}},

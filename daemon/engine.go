@@ -196,11 +196,16 @@ func (q *qpEntry) pumpSQ() (int, error) {
 			// The MR went away between the post and now: the
 			// request fails as an HCA fails it, with LOC_PROT_ERR,
 			// and the QP moves to ERR (the rest are flushed).
-			bad := &q.swrs[done]
-			_ = q.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.AttrState)
-			q.sendCQ.cqe = hwq.CQE{WRID: bad.ID, Status: ib.WCStatus(verbs.WCLocProtErr), QPNum: q.qp.Num()}
-			if perr := q.sendCQ.cqe.Push(q.sendCQ.prod); perr != nil && !errors.Is(perr, hwq.ErrFull) {
-				return 0, fmt.Errorf("qp %#x send cq: %w: %w", q.qp.Num(), errHostile, perr)
+			if err := q.failAt(done, verbs.WCLocProtErr); err != nil {
+				return 0, err
+			}
+			done++
+		case errors.Is(err, verbs.ErrInvalidArgument) && q.qp.Query().MaxQPRdAtomic == 0 &&
+			(q.swrs[done].Opcode == verbs.WRRDMARead || q.swrs[done].Opcode.IsAtomic()):
+			// max_rd_atomic was set to 0 after the process posted (in
+			// SQD): LOC_QP_OP_ERR, as its own verbs reports it.
+			if err := q.failAt(done, verbs.WCLocQPOpErr); err != nil {
+				return 0, err
 			}
 			done++
 		default:
@@ -209,6 +214,17 @@ func (q *qpEntry) pumpSQ() (int, error) {
 	}
 	q.sq.Release(k)
 	return k, nil
+}
+
+// failAt completes request i of the batch with st and moves the QP to
+// ERR (the requests after it are flushed), as a local error does.
+func (q *qpEntry) failAt(i int, st verbs.WCStatus) error {
+	_ = q.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.AttrState)
+	q.sendCQ.cqe = hwq.CQE{WRID: q.swrs[i].ID, Status: ib.WCStatus(st), QPNum: q.qp.Num()}
+	if err := q.sendCQ.cqe.Push(q.sendCQ.prod); err != nil && !errors.Is(err, hwq.ErrFull) {
+		return fmt.Errorf("qp %#x send cq: %w: %w", q.qp.Num(), errHostile, err)
+	}
+	return nil
 }
 
 // pumpRQ moves receive WQEs from the ring to the daemon QP; the wr_id is

@@ -26,10 +26,10 @@ import (
 // share an address space, as in production (each keeps its own table of
 // MR keys). Applications are this process and further children.
 const (
-	daemonEnv     = "IBEX_TEST_IBEXD"        // run as the daemon: the value is the socket
-	daemonAddrEnv = "IBEX_TEST_IBEXD_ADDR"   // its udp0 address
-	suiteEnv      = "IBEX_TEST_IBEXD_SUITE"  // run as the suite's far end
-	appEnv        = "IBEX_TEST_IBEXD_APP"    // run as an application role (apps_test.go)
+	daemonEnv     = "IBEX_TEST_IBEXD"       // run as the daemon: the value is the socket
+	daemonAddrEnv = "IBEX_TEST_IBEXD_ADDR"  // its udp0 address
+	suiteEnv      = "IBEX_TEST_IBEXD_SUITE" // run as the suite's far end
+	appEnv        = "IBEX_TEST_IBEXD_APP"   // run as an application role (apps_test.go)
 )
 
 func TestMain(m *testing.M) {

@@ -110,6 +110,16 @@ func (c *client) handle(req *ibexdwire.Request, fds []int) (*ibexdwire.Response,
 		c.engMu.Unlock()
 		_ = q.qp.Destroy()
 		q.seg.Close()
+	case ibexdwire.OpQPStats:
+		q := c.qps[req.QPN]
+		if q == nil {
+			return nil, -1, fmt.Errorf("qp_stats: no QP %#x: %w", req.QPN, verbs.ErrInvalidArgument)
+		}
+		st := q.qp.Stats()
+		r.Stats = &st
+		if err := q.qp.Err(); err != nil {
+			r.QPErr = err.Error()
+		}
 	case ibexdwire.OpQueryPort:
 		pa, err := c.ctx.QueryPort(req.Port)
 		if err != nil {
@@ -177,7 +187,13 @@ func (c *client) createCQ(req *ibexdwire.Request) (*ibexdwire.Response, int, err
 	if len(c.cqs) >= c.d.cfg.Limits.MaxCQs {
 		return nil, -1, fmt.Errorf("create_cq: limits.max_cqs %d reached: %w", c.d.cfg.Limits.MaxCQs, verbs.ErrLimit)
 	}
-	cq, err := c.ctx.CreateCQ(req.Depth)
+	if req.Depth < 1 || req.Depth > c.ctx.QueryDevice().MaxCQE {
+		return nil, -1, fmt.Errorf("create_cq: depth %d: the device allows 1..%d: %w", req.Depth, c.ctx.QueryDevice().MaxCQE, verbs.ErrInvalidArgument)
+	}
+	// The daemon's CQ is deeper than the process's by the ring: a
+	// process that stops polling overflows its own CQ first (CQ_ERR,
+	// then QP_FATAL, in its verbs), as with an HCA.
+	cq, err := c.ctx.CreateCQ(min(2*ringCount(req.Depth)+64, c.ctx.QueryDevice().MaxCQE))
 	if err != nil {
 		return nil, -1, err
 	}

@@ -82,6 +82,9 @@ type (
 	modifyNotifier interface {
 		Modified(from, to QPState, attr *QPAttr, mask AttrMask) error
 	}
+	statsReader interface {
+		TransportStats() QPStats
+	}
 	qpNumberer interface {
 		QPNum() uint32
 	}

@@ -53,6 +53,7 @@ type QP struct {
 	recvNote  recvNotifier   // drv, when it wants to hear of posted receives
 	recvIssue recvIssuer     // drv, when it takes each posted receive
 	modNote   modifyNotifier // drv, when it must agree to every Modify
+	statsRead statsReader    // drv, when its transport keeps the QP counters elsewhere
 	timer     *time.Timer
 
 	// mu guards everything below it. Lock order: respMu, then mu, then a
@@ -173,6 +174,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	qp.recvNote, _ = d.(recvNotifier)
 	qp.recvIssue, _ = d.(recvIssuer)
 	qp.modNote, _ = d.(modifyNotifier)
+	qp.statsRead, _ = d.(statsReader)
 	if n, ok := d.(qpNumberer); ok {
 		qp.num = n.QPNum()
 	}
@@ -489,12 +491,42 @@ func (qp *QP) addStats(d QPStats) {
 // Stats returns the QP's counters.
 func (qp *QP) Stats() QPStats {
 	c := &qp.ctr
-	return QPStats{Sends: c.sends.Load(), Recvs: c.recvs.Load(), RNRNaks: c.rnrNaks.Load(), Retries: c.retries.Load(),
+	s := QPStats{Sends: c.sends.Load(), Recvs: c.recvs.Load(), RNRNaks: c.rnrNaks.Load(), Retries: c.retries.Load(),
 		PktsSent: c.pktsSent.Load(), PktsRecv: c.pktsRecv.Load(), Retransmits: c.retransmits.Load(),
 		SeqNaksSent: c.seqNaksSent.Load(), SeqNaksRecv: c.seqNaksRecv.Load(), RNRNaksSent: c.rnrNaksSent.Load(),
 		ErrNaksSent: c.errNaksSent.Load(), ErrNaksRecv: c.errNaksRecv.Load(), Duplicates: c.duplicates.Load(),
 		OutOfSequence: c.outOfSequence.Load(), CNPsSent: c.cnpsSent.Load(), CNPsRecv: c.cnpsRecv.Load(),
 		ECNMarked: c.ecnMarked.Load(), WindowCuts: c.windowCuts.Load(), Paced: c.paced.Load()}
+	if qp.statsRead != nil {
+		// The transport's own engine counts (a daemon's QP): everything
+		// but the completions verbs counts here.
+		d := qp.statsRead.TransportStats()
+		d.Sends, d.Recvs = 0, 0
+		s.add(&d)
+	}
+	return s
+}
+
+func (s *QPStats) add(d *QPStats) {
+	s.Sends += d.Sends
+	s.Recvs += d.Recvs
+	s.RNRNaks += d.RNRNaks
+	s.Retries += d.Retries
+	s.PktsSent += d.PktsSent
+	s.PktsRecv += d.PktsRecv
+	s.Retransmits += d.Retransmits
+	s.SeqNaksSent += d.SeqNaksSent
+	s.SeqNaksRecv += d.SeqNaksRecv
+	s.RNRNaksSent += d.RNRNaksSent
+	s.ErrNaksSent += d.ErrNaksSent
+	s.ErrNaksRecv += d.ErrNaksRecv
+	s.Duplicates += d.Duplicates
+	s.OutOfSequence += d.OutOfSequence
+	s.CNPsSent += d.CNPsSent
+	s.CNPsRecv += d.CNPsRecv
+	s.ECNMarked += d.ECNMarked
+	s.WindowCuts += d.WindowCuts
+	s.Paced += d.Paced
 }
 
 // DestQPN is the connected peer's QP number (0 before RTR).

@@ -46,6 +46,7 @@ const (
 	OpCreateQP  = "create_qp"  // PD, SendCQ, RecvCQ, Cap, SigAll -> QPN, SQOff, RQOff, fd: ring segment
 	OpModifyQP  = "modify_qp"  // QPN, Attr, Mask
 	OpDestroyQP = "destroy_qp" // QPN
+	OpQPStats   = "qp_stats"   // QPN -> Stats, QPErr (why the QP is in ERR)
 	OpQueryPort = "query_port" // Port -> Ports[0]
 	OpCounters  = "counters"   // Port -> Counters
 	OpStatus    = "status"     // -> Status (any connection, also one that did not Hello)
@@ -54,28 +55,28 @@ const (
 // Request is a message from a process to the daemon. ID matches the
 // Response; zero fields are absent.
 type Request struct {
-	ID      uint64          `json:"id"`
-	Op      string          `json:"op"`
-	Version int             `json:"version,omitempty"`
-	Device  string          `json:"device,omitempty"`
-	PID     int             `json:"pid,omitempty"`
-	PD      uint32          `json:"pd,omitempty"`
-	Seg     uint32          `json:"seg,omitempty"`
-	MR      uint32          `json:"mr,omitempty"`
-	CQ      uint32          `json:"cq,omitempty"`
-	QPN     uint32          `json:"qpn,omitempty"`
-	Off     uint64          `json:"off,omitempty"`
-	Len     uint64          `json:"len,omitempty"`
-	IOVA    uint64          `json:"iova,omitempty"`
-	Access  verbs.Access    `json:"access,omitempty"`
-	Depth   int             `json:"depth,omitempty"`
-	SendCQ  uint32          `json:"send_cq,omitempty"`
-	RecvCQ  uint32          `json:"recv_cq,omitempty"`
-	Cap     verbs.QPCap     `json:"cap,omitzero"`
-	SigAll  bool            `json:"sig_all,omitempty"`
-	Attr    *verbs.QPAttr   `json:"attr,omitempty"`
-	Mask    verbs.AttrMask  `json:"mask,omitempty"`
-	Port    uint8           `json:"port,omitempty"`
+	ID      uint64         `json:"id"`
+	Op      string         `json:"op"`
+	Version int            `json:"version,omitempty"`
+	Device  string         `json:"device,omitempty"`
+	PID     int            `json:"pid,omitempty"`
+	PD      uint32         `json:"pd,omitempty"`
+	Seg     uint32         `json:"seg,omitempty"`
+	MR      uint32         `json:"mr,omitempty"`
+	CQ      uint32         `json:"cq,omitempty"`
+	QPN     uint32         `json:"qpn,omitempty"`
+	Off     uint64         `json:"off,omitempty"`
+	Len     uint64         `json:"len,omitempty"`
+	IOVA    uint64         `json:"iova,omitempty"`
+	Access  verbs.Access   `json:"access,omitempty"`
+	Depth   int            `json:"depth,omitempty"`
+	SendCQ  uint32         `json:"send_cq,omitempty"`
+	RecvCQ  uint32         `json:"recv_cq,omitempty"`
+	Cap     verbs.QPCap    `json:"cap,omitzero"`
+	SigAll  bool           `json:"sig_all,omitempty"`
+	Attr    *verbs.QPAttr  `json:"attr,omitempty"`
+	Mask    verbs.AttrMask `json:"mask,omitempty"`
+	Port    uint8          `json:"port,omitempty"`
 }
 
 // Response answers one Request (ID equal), or, with ID 0, is an Event the
@@ -98,6 +99,8 @@ type Response struct {
 	SQOff     int                 `json:"sq_off,omitempty"`
 	RQOff     int                 `json:"rq_off,omitempty"`
 	Counters  []verbs.PortCounter `json:"counters,omitempty"`
+	Stats     *verbs.QPStats      `json:"stats,omitempty"`
+	QPErr     string              `json:"qp_err,omitempty"`
 	Status    *Status             `json:"status,omitempty"`
 }
 
@@ -153,11 +156,11 @@ type ClientStatus struct {
 
 // QPStatus is one QP of an attached process.
 type QPStatus struct {
-	QPN     uint32         `json:"qpn"`
-	State   string         `json:"state"`
-	DestQPN uint32         `json:"dest_qpn"`
-	Stats   verbs.QPStats  `json:"stats"`
-	Err     string         `json:"err,omitempty"`
+	QPN     uint32        `json:"qpn"`
+	State   string        `json:"state"`
+	DestQPN uint32        `json:"dest_qpn"`
+	Stats   verbs.QPStats `json:"stats"`
+	Err     string        `json:"err,omitempty"`
 }
 
 // Sentinel codes: the verbs errors a daemon-side failure wraps, so the

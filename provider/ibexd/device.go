@@ -31,18 +31,18 @@ type device struct {
 
 	sendMu sync.Mutex
 
-	mu      sync.Mutex
-	nextID  uint64
-	pending map[uint64]chan reply
-	gone    error // set once the daemon is gone
-	closing bool
-	qps     map[uint32]*qpDriver
-	pds     map[*verbs.PD]uint32
-	cqs     map[*verbs.CQ]*cqRing
-	mrs     map[*verbs.MR]uint32
-	allocs  []alloc
-	ringList []*cqRing // the values of cqs, for Progress
-	done    chan struct{} // closed when reader ends
+	mu       sync.Mutex
+	nextID   uint64
+	pending  map[uint64]chan reply
+	gone     error // set once the daemon is gone
+	closing  bool
+	qps      map[uint32]*qpDriver
+	pds      map[*verbs.PD]uint32
+	cqs      map[*verbs.CQ]*cqRing
+	mrs      map[*verbs.MR]uint32
+	allocs   []alloc
+	ringList []*cqRing     // the values of cqs, for Progress
+	done     chan struct{} // closed when reader ends
 }
 
 // alloc is a piece of memory from AllocMem: a memfd the daemon maps.

@@ -213,6 +213,10 @@ func (d *device) reader() {
 				detach = r.Event.Cause
 			case ibexdwire.EventQP:
 				if q := d.qp(r.Event.QPN); q != nil {
+					// The daemon wrote the QP's completions before the
+					// event: deliver them first.
+					q.sendCQ.drainAll()
+					q.recvCQ.drainAll()
 					q.h.Fail(fmt.Errorf("ibexd: %s", r.Event.Cause), r.Event.Type, true)
 				}
 			}

@@ -117,6 +117,18 @@ func (r *cqRing) drain() {
 		return
 	}
 	defer r.mu.Unlock()
+	r.drainLocked()
+}
+
+// drainAll delivers what the ring holds, waiting for a drain in progress
+// (so that completions the daemon wrote before an event are seen first).
+func (r *cqRing) drainAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drainLocked()
+}
+
+func (r *cqRing) drainLocked() {
 	n, err := r.cons.Available()
 	if err != nil {
 		r.d.ringBroken(err)
@@ -149,8 +161,13 @@ func (r *cqRing) deliver(e *hwq.CQE) {
 		return
 	}
 	var cause error
-	if st != verbs.WCSuccess {
+	if st != verbs.WCSuccess && st != verbs.WCWRFlushErr {
+		// The daemon's QP knows why (retries exhausted, the peer's
+		// NAK): one round trip, on the error path only.
 		cause = fmt.Errorf("qp %#x: %v (completed by ibexd)", q.num, st)
+		if r, _, err := q.d.rpc(&ibexdwire.Request{Op: ibexdwire.OpQPStats, QPN: q.num}); err == nil && r.QPErr != "" {
+			cause = fmt.Errorf("ibexd: %s", r.QPErr)
+		}
 	}
 	q.h.CompleteSend(e.WRID, st, e.ByteLen, cause)
 }
@@ -349,6 +366,16 @@ func (q *qpDriver) IssueRecv(rsn uint64, sgl []verbs.SGE) error {
 func (q *qpDriver) Modified(from, to verbs.QPState, attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	_, _, err := q.d.rpc(&ibexdwire.Request{Op: ibexdwire.OpModifyQP, QPN: q.num, Attr: attr, Mask: mask})
 	return err
+}
+
+// TransportStats are the daemon QP's counters (retries, RNR NAKs,
+// packets, ...).
+func (q *qpDriver) TransportStats() verbs.QPStats {
+	r, _, err := q.d.rpc(&ibexdwire.Request{Op: ibexdwire.OpQPStats, QPN: q.num})
+	if err != nil || r.Stats == nil {
+		return verbs.QPStats{}
+	}
+	return *r.Stats
 }
 
 // Destroy destroys the daemon's QP and unmaps the rings.

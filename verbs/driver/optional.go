@@ -94,6 +94,14 @@ type QPNumberer interface {
 	QPNum() uint32
 }
 
+// StatsReader is a QPDriver whose transport keeps the QP's protocol
+// counters in another process (a daemon's QP): verbs.QP.Stats adds
+// TransportStats (all but Sends and Recvs, which verbs counts) to its own.
+// It may block for a bounded time.
+type StatsReader interface {
+	TransportStats() verbs.QPStats
+}
+
 // RecvNotifier is a QPDriver that hears about posted receives (to grant
 // its peer credits). RecvPosted is called after a PostRecv that added
 // receives, with no verbs lock held; QP.RecvPosted gives the count.
