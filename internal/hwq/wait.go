@@ -87,3 +87,23 @@ func (c *Consumer) Wait(ctx context.Context) (int, error) {
 		}
 	}
 }
+
+// Released is the consumer index: the entries this end has released.
+func (c *Consumer) Released() uint64 { return c.tail }
+
+// SleepUnless sleeps on the ring's sleeping word for at most timeout
+// unless the producer has published past idx (a Consumer's Released
+// after it drained the ring). It touches only the shared words, never a
+// Consumer's private state, so one goroutine may sleep on a ring while
+// another drains it (the drainer holds the lock of the Consumer; the
+// sleeper does not). The producer's Publish ends the sleep.
+func (r *Ring) SleepUnless(idx uint64, timeout time.Duration) {
+	s := r.sleeping()
+	s.Store(1)
+	if r.producer().Load() != idx {
+		s.Store(0)
+		return
+	}
+	shmem.FutexWait(s, 1, timeout)
+	s.Store(0)
+}

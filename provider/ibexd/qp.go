@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/internal/hwq"
@@ -13,6 +14,10 @@ import (
 	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/verbs/driver"
 )
+
+// ringSleep bounds one sleep of a completion ring's goroutine; the
+// daemon's publish wakes it sooner.
+const ringSleep = 10 * time.Millisecond
 
 // cqRing is the completion ring of a daemon CQ, the twin of one verbs.CQ
 // of this process, and the goroutine that drains it.
@@ -97,15 +102,17 @@ func (d *device) attachCQ(id uint32, cq *verbs.CQ, fds []int) (*cqRing, error) {
 // CQ spends nothing until the daemon writes a completion) and delivers.
 func (r *cqRing) run() {
 	defer close(r.done)
-	for {
-		if _, err := r.cons.Wait(r.ctx); err != nil {
-			if r.ctx.Err() != nil {
-				return
-			}
-			r.d.ringBroken(err)
+	for r.ctx.Err() == nil {
+		r.mu.Lock()
+		n := r.drainLocked()
+		idx := r.cons.Released()
+		r.mu.Unlock()
+		if n < 0 {
 			return
 		}
-		r.drain()
+		if n == 0 {
+			r.cons.Ring().SleepUnless(idx, ringSleep)
+		}
 	}
 }
 
@@ -128,22 +135,25 @@ func (r *cqRing) drainAll() {
 	r.drainLocked()
 }
 
-func (r *cqRing) drainLocked() {
+// drainLocked delivers what the ring holds and returns how many, or -1
+// when the ring is broken (the device is then lost).
+func (r *cqRing) drainLocked() int {
 	n, err := r.cons.Available()
 	if err != nil {
 		r.d.ringBroken(err)
-		return
+		return -1
 	}
 	for i := range n {
 		r.cons.CopyOut(i, r.buf)
 		if err := r.cqe.Decode(r.buf); err != nil {
 			r.cons.Release(i)
 			r.d.ringBroken(err)
-			return
+			return -1
 		}
 		r.deliver(&r.cqe)
 	}
 	r.cons.Release(n)
+	return n
 }
 
 func (r *cqRing) deliver(e *hwq.CQE) {
