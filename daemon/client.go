@@ -142,7 +142,7 @@ func (d *Daemon) attach(ctx context.Context, conn *net.UnixConn, req *ibexdwire.
 	pa, _ := vctx.QueryPort(1)
 	resp := &ibexdwire.Response{ID: req.ID, DaemonPID: os.Getpid(), Attr: &attr, Ports: []verbs.PortAttr{pa}}
 	if err := ibexdwire.Send(conn, resp, db.FD); err != nil {
-		c.detach(err)
+		c.detachAs(err, false)
 		return nil, err
 	}
 	go c.engine(cctx)
@@ -186,7 +186,7 @@ func (c *client) serve(buf []byte) {
 		}
 		c.sendMu.Unlock()
 		if err != nil {
-			c.detach(err)
+			c.detachAs(err, false) // the process went away
 			return
 		}
 		c.mu.Lock()
@@ -239,7 +239,11 @@ func (c *client) events(ctx context.Context) {
 // away) is sent to it if it is still there; its QPs are destroyed (peers
 // see their requests go unanswered), its MRs deregistered and its memory
 // unmapped. Safe to call more than once.
-func (c *client) detach(why error) {
+func (c *client) detach(why error) { c.detachAs(why, true) }
+
+// detachAs is detach; hostile says the process broke the protocol (it is
+// counted and logged), rather than the daemon shutting down.
+func (c *client) detachAs(why error, hostile bool) {
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
@@ -249,9 +253,11 @@ func (c *client) detach(why error) {
 	c.reason = why
 	c.mu.Unlock()
 	if why != nil {
-		c.d.detached.Add(1)
 		c.send(&ibexdwire.Response{Event: &ibexdwire.Event{Kind: ibexdwire.EventDetach, Cause: why.Error()}})
-		fmt.Fprintf(os.Stderr, "ibexd: detached pid %d (%s): %v\n", c.pid, c.command, why)
+		if hostile {
+			c.d.detached.Add(1)
+			fmt.Fprintf(os.Stderr, "ibexd: detached pid %d (%s): %v\n", c.pid, c.command, why)
+		}
 	}
 	c.cancel()
 	<-c.done

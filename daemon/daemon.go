@@ -155,7 +155,7 @@ func (d *Daemon) shutdown() {
 	}
 	d.mu.Unlock()
 	for _, c := range cs {
-		c.detach(errors.New("ibexd is shutting down"))
+		c.detachAs(errors.New("ibexd is shutting down"), false)
 	}
 	d.wg.Wait()
 	d.closeDevices()
