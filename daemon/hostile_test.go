@@ -202,7 +202,6 @@ type rawQP struct {
 	seg    *shmem.Segment
 	sq, rq *hwq.Producer
 	sqRing *hwq.Ring
-	db     []byte
 }
 
 func (r *raw) qp(depth int) (*rawQP, uint32, uint32) {
@@ -276,7 +275,7 @@ func TestSGEOutsideMR(t *testing.T) {
 	}
 	// Connect the QP to itself so that it is in RTS.
 	attr := verbs.QPAttr{Port: 1, AccessFlags: verbs.AccessRemoteWrite, PathMTU: verbs.MTU1024, DestQPN: q.qpn,
-		AH: verbs.AH{DGID: r.gid, PortNum: 1, HopLimit: 64},
+		AH:              verbs.AH{DGID: r.gid, PortNum: 1, HopLimit: 64},
 		MaxDestRdAtomic: 1, MinRNRTimer: 12, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxQPRdAtomic: 1}
 	for _, s := range []struct {
 		st   verbs.QPState

@@ -131,6 +131,12 @@ type Config struct {
 	// ReportBoth (--report-both): with Duplex, also print this end's and
 	// the peer's results separately.
 	ReportBoth bool
+	// Events (-e): wait for completions on the completion channel
+	// (verbs.CQ.Wait) instead of busy polling, as perftest's ibv_get_cq_event.
+	// A write_lat end still spins on memory for the peer's WRITE, as
+	// perftest's does: a WRITE completes nothing at its target. Not with
+	// Duration (perftest's rule).
+	Events bool
 }
 
 // Defaults perftest uses.
@@ -278,6 +284,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("perf: -l %d: post list 1 to the tx depth (-t %d)", c.PostList, c.TxDepth)
 	case c.Duration < 0:
 		return c, fmt.Errorf("perf: -D %v: negative duration", c.Duration)
+	case c.Events && c.Duration > 0:
+		return c, fmt.Errorf("perf: -e with -D %v: Duration mode doesn't work with events", c.Duration)
 	case c.Duplex && c.Test.Latency():
 		return c, fmt.Errorf("perf: -b: Bidirectional is only available in BW test")
 	case c.Test.Latency() && c.QPs > 1:

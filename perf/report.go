@@ -23,6 +23,7 @@ type headerInfo struct {
 	inline    int
 	mtu       int
 	linkLayer string
+	events    bool
 	local     []oob.Dest
 	remote    []oob.Dest
 }
@@ -31,6 +32,11 @@ type headerInfo struct {
 func writeHeader(w io.Writer, h headerInfo) {
 	fmt.Fprintln(w, rule)
 	fmt.Fprintf(w, "                    %s\n", h.test.title())
+	if h.events {
+		// perftest (ctx_print_test_info): the device's completion
+		// vector, 0 without -X.
+		fmt.Fprintf(w, " Test with events. Using %s_comp0\n", h.device)
+	}
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", h.device)
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", h.qps)
 	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")

@@ -189,7 +189,7 @@ func (s *session) do(ctx context.Context, opt Options) (results []Result, err er
 	}
 	w := opt.out()
 	writeHeader(w, headerInfo{test: cfg.Test, device: s.vc.Name(), qps: cfg.QPs, txDepth: cfg.TxDepth, cqMod: cfg.CQMod, postList: cfg.PostList, inline: cfg.Inline,
-		mtu: mtu, linkLayer: s.port.LinkLayer, local: s.local, remote: s.remote})
+		mtu: mtu, linkLayer: s.port.LinkLayer, events: cfg.Events, local: s.local, remote: s.remote})
 	printed := false
 	print := func(r Result) {
 		if !printed {

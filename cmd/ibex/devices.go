@@ -2,14 +2,20 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ibex-rdma/ibex/internal/ibexdwire"
+	"github.com/ibex-rdma/ibex/provider/ibexd"
+	"github.com/ibex-rdma/ibex/provider/udp"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -43,6 +49,14 @@ func newDevicesCmd() *cobra.Command {
 			"-d takes a device name (udp0) or provider/device (udp/udp0); a name that is\n" +
 			"no device (-d udp) is an error that suggests the nearest devices and lists\n" +
 			"them all. -i PORT shows only that port.\n\n" +
+			"While ibexd answers on IBEX_DAEMON_SOCKET, its devices are listed too\n" +
+			"(ibexd/udp0 beside the in-process udp/udp0), and every device gets a mode\n" +
+			"line (a mode column with --table) saying how this process reaches it:\n" +
+			"\"ibexd (daemon pid N, socket PATH, af_xdp|udp socket)\" or \"in-process\"\n" +
+			"(for udp devices also \"(af_xdp|udp socket)\"). An in-process device whose\n" +
+			"address the daemon holds is not opened: its mode line says it is\n" +
+			"unavailable and why. A device that fails to open for another reason is\n" +
+			"listed the same way, and the command then fails.\n\n" +
 			"Examples:\n" +
 			"  ibex devices\n" +
 			"  ibex devices -l\n" +
@@ -66,8 +80,13 @@ func newDevicesCmd() *cobra.Command {
 	return cmd
 }
 
-// writeDevices prints what opt asks for. On an error it prints nothing:
-// the whole output is built before any of it is written.
+// writeDevices prints what opt asks for. On a usage error (an unknown -d,
+// a port the device lacks) it prints nothing: the whole output is built
+// before any of it is written. A device that cannot be opened does not
+// stop the listing: its entry says why. When the reason is that ibexd
+// holds its address (the in-process udp0 beside ibexd/udp0), that is the
+// device's state and no error; any other failure is returned after the
+// listing is printed, so the command still fails.
 func writeDevices(w io.Writer, opt devicesOptions) error {
 	devs := verbs.Devices()
 	if opt.List { // ibv_devinfo -l ignores every other flag
@@ -86,17 +105,41 @@ func writeDevices(w io.Writer, opt devicesOptions) error {
 	if len(devs) == 0 {
 		return fmt.Errorf("no devices found; is a provider registered?")
 	}
-	if opt.Table {
-		return writeDeviceTable(w, devs)
+	dv := lookDaemon()
+	onlyPort := opt.Port
+	if opt.Table { // the table has every port's state
+		onlyPort = 0
 	}
-	var buf bytes.Buffer
+	infos := make([]deviceInfo, 0, len(devs))
+	var openErrs []error
+	showMode := dv.st != nil
 	for _, d := range devs {
-		if err := writeDeviceInfo(&buf, d, opt.Port, opt.Verbose); err != nil {
+		info, err := probeDevice(d, dv, onlyPort)
+		if err != nil {
 			return err
 		}
+		if info.openErr != nil {
+			openErrs = append(openErrs, info.openErr)
+		}
+		showMode = showMode || info.unavailable || info.provider == ibexdProvider
+		infos = append(infos, info)
 	}
-	_, err := w.Write(buf.Bytes())
-	return err
+	var buf bytes.Buffer
+	if opt.Table {
+		if err := writeDeviceTable(&buf, infos, showMode); err != nil {
+			return err
+		}
+	} else {
+		for _, info := range infos {
+			if err := writeDeviceInfo(&buf, info, opt.Verbose, showMode); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return err
+	}
+	return errors.Join(openErrs...)
 }
 
 // writeDeviceNames prints ibv_devinfo -l: the count, then a name a line.
@@ -184,60 +227,140 @@ func deviceList(devs []verbs.DeviceName) string {
 	return strings.Join(names, ", ")
 }
 
-// writeDeviceTable prints one row per device: provider, device, node GUID
-// and the state of each port.
-func writeDeviceTable(w io.Writer, devs []verbs.DeviceName) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 4, ' ', 0)
-	ew := &errWriter{w: tw}
-	ew.printf("provider\tdevice\tnode_guid\tport state\n")
-	ew.printf("--------\t------\t---------\t----------\n")
-	for _, d := range devs {
-		c, err := verbs.Open(d.Provider + "/" + d.Device)
-		if err != nil {
-			return err
-		}
-		attr := c.QueryDevice()
-		var ports []string
-		for p := uint8(1); p <= attr.PhysPortCnt; p++ {
-			pa, err := c.QueryPort(p)
-			if err != nil {
-				_ = c.Close()
-				return err
-			}
-			ports = append(ports, fmt.Sprintf("%d:%v", p, pa.State))
-		}
-		if err := c.Close(); err != nil {
-			return err
-		}
-		ew.printf("%s\t%s\t%s\t%s\n", c.Provider(), c.Name(), formatGUID(attr.NodeGUID), strings.Join(ports, " "))
-	}
-	if ew.err != nil {
-		return ew.err
-	}
-	return tw.Flush()
+// The providers whose devices the mode lines describe by name: ibexd's
+// devices are the daemon's, udp's may have their address held by it.
+const (
+	ibexdProvider = "ibexd"
+	udpProvider   = "udp"
+)
+
+// daemonQueryTimeout bounds the status query to the daemon.
+const daemonQueryTimeout = time.Second
+
+// daemonView is what the daemon answering on this process's socket
+// (IBEX_DAEMON_SOCKET) says about itself, for the mode lines.
+type daemonView struct {
+	st     *ibexdwire.Status // nil: no daemon answers
+	socket string            // the socket it answered on
 }
 
-// writeDeviceInfo opens d and prints its attributes and those of its
-// ports (only port onlyPort, if not 0) as ibv_devinfo does: the summary,
-// or with verbose every attribute, in ibv_devinfo -v's order, followed by
-// those only ibex has. Each port ends with an empty line, as in
-// ibv_devinfo.
-func writeDeviceInfo(w io.Writer, d verbs.DeviceName, onlyPort int, verbose bool) error {
+// lookDaemon asks the daemon on this process's socket for its status.
+// It asks even with IBEX_DAEMON=off: a daemon this process ignores still
+// holds its devices' addresses.
+func lookDaemon() daemonView {
+	path := ibexd.SocketPath()
+	st, err := ibexd.QueryStatus(path, daemonQueryTimeout)
+	if err != nil {
+		return daemonView{}
+	}
+	return daemonView{st: st, socket: path}
+}
+
+// holder says why in-process device d must not be opened: a device of
+// the daemon is bound to its address, so binding it would fail (and an
+// AF_XDP twin would take the daemon's interface). "" when none is.
+func (v daemonView) holder(d verbs.DeviceName) string {
+	if v.st == nil || d.Provider != udpProvider {
+		return ""
+	}
+	addr, ok := udp.DeviceAddr(d.Device)
+	if !ok {
+		return ""
+	}
+	for _, sd := range v.st.Devices {
+		a, err := netip.ParseAddrPort(sd.Address)
+		if err != nil || a.Port() != addr.Port() ||
+			a.Addr().Unmap() != addr.Addr().Unmap() && !addr.Addr().IsUnspecified() {
+			continue
+		}
+		use := "this process uses " + ibexdProvider + "/" + sd.Name
+		if !ibexd.Enabled() {
+			use = fmt.Sprintf("IBEX_DAEMON=%s keeps this process from using %s/%s", os.Getenv("IBEX_DAEMON"), ibexdProvider, sd.Name)
+		}
+		return fmt.Sprintf("ibexd pid %d holds %s; %s", v.st.PID, a, use)
+	}
+	return ""
+}
+
+// ibexdMode is the mode of the daemon's device dev: its pid, its socket
+// and how it reaches the network.
+func (v daemonView) ibexdMode(dev string) string {
+	if v.st == nil { // it answered verbs.Devices, not the status query after
+		return "ibexd"
+	}
+	parts := []string{fmt.Sprintf("daemon pid %d", v.st.PID), "socket " + v.socket}
+	for _, sd := range v.st.Devices {
+		if sd.Name == dev && sd.Mode != "" {
+			parts = append(parts, netMode(sd.Mode))
+		}
+	}
+	return "ibexd (" + strings.Join(parts, ", ") + ")"
+}
+
+// netMode says how a udp device reaches the network, from its mode
+// (udp.DeviceMode, ibexd's DeviceStatus.Mode).
+func netMode(m string) string {
+	if m == "socket" {
+		return "udp socket"
+	}
+	return m // "af_xdp"
+}
+
+// deviceInfo is what the views print of one device.
+type deviceInfo struct {
+	provider, name string // as its context names them
+	attr           verbs.DeviceAttr
+	ports          []portInfo
+	// mode says how this process reaches the device: through ibexd (and
+	// which) or in-process (and how a udp device reaches the network).
+	mode string
+	// unavailable: the device could not be opened; mode says why.
+	unavailable bool
+	// openErr is why it could not be opened, to fail the command with
+	// after the listing; nil when a daemon holds it (its state, no error).
+	openErr error
+}
+
+type portInfo struct {
+	num  uint8
+	attr verbs.PortAttr
+	ctrs []verbs.PortCounter
+}
+
+// probeDevice opens d and reads its attributes and those of its ports
+// (only port onlyPort, if not 0). A device that cannot be opened is no
+// error: the info says why. The error is for what the user asked wrong
+// (a port the device lacks) and for failures after opening.
+func probeDevice(d verbs.DeviceName, dv daemonView, onlyPort int) (deviceInfo, error) {
+	info := deviceInfo{provider: d.Provider, name: d.Device}
+	kind := "in-process"
+	if d.Provider == ibexdProvider {
+		kind = ibexdProvider
+	}
+	if why := dv.holder(d); why != "" {
+		info.unavailable, info.mode = true, kind+" (unavailable: "+why+")"
+		return info, nil
+	}
 	c, err := verbs.Open(d.Provider + "/" + d.Device)
 	if err != nil {
-		return err
+		info.unavailable, info.mode, info.openErr = true, kind+" (unavailable: "+err.Error()+")", err
+		return info, nil
+	}
+	info.provider, info.name = c.Provider(), c.Name()
+	switch {
+	case d.Provider == ibexdProvider:
+		info.mode = dv.ibexdMode(d.Device)
+	case d.Provider == udpProvider && udp.DeviceMode(d.Device) != "":
+		info.mode = kind + " (" + netMode(udp.DeviceMode(d.Device)) + ")"
+	default:
+		info.mode = kind
 	}
 	a := c.QueryDevice()
+	info.attr = a
 	if onlyPort > int(a.PhysPortCnt) {
 		_ = c.Close()
-		return fmt.Errorf("port %d: device %s has ports 1..%d (-i PORT)", onlyPort, c.Name(), a.PhysPortCnt)
+		return info, fmt.Errorf("port %d: device %s has ports 1..%d (-i PORT)", onlyPort, c.Name(), a.PhysPortCnt)
 	}
-	type port struct {
-		num  uint8
-		attr verbs.PortAttr
-		ctrs []verbs.PortCounter
-	}
-	var ports []port
 	for p := uint8(1); p <= a.PhysPortCnt; p++ {
 		if onlyPort != 0 && int(p) != onlyPort {
 			continue
@@ -245,21 +368,73 @@ func writeDeviceInfo(w io.Writer, d verbs.DeviceName, onlyPort int, verbose bool
 		pa, err := c.QueryPort(p)
 		if err != nil {
 			_ = c.Close()
-			return err
+			return info, err
 		}
 		// Port counters (IB names where they exist) where the provider
 		// keeps them. A software device's counters live in the process
 		// that opened it: these count what this process has done with it.
 		ctrs, _ := c.PortCounters(p)
-		ports = append(ports, port{p, pa, ctrs})
+		info.ports = append(info.ports, portInfo{p, pa, ctrs})
 	}
-	if err := c.Close(); err != nil {
-		return err
-	}
+	return info, c.Close()
+}
 
+// writeDeviceTable prints one row per device: provider, device, node GUID
+// and the state of each port, and with showMode how this process reaches
+// it. A device that could not be opened has "-" for what it could not tell.
+func writeDeviceTable(w io.Writer, infos []deviceInfo, showMode bool) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 4, ' ', 0)
+	ew := &errWriter{w: tw}
+	if showMode {
+		ew.printf("provider\tdevice\tnode_guid\tport state\tmode\n")
+		ew.printf("--------\t------\t---------\t----------\t----\n")
+	} else {
+		ew.printf("provider\tdevice\tnode_guid\tport state\n")
+		ew.printf("--------\t------\t---------\t----------\n")
+	}
+	for _, info := range infos {
+		guid, state := "-", "-"
+		if !info.unavailable {
+			var ports []string
+			for _, p := range info.ports {
+				ports = append(ports, fmt.Sprintf("%d:%v", p.num, p.attr.State))
+			}
+			guid, state = formatGUID(info.attr.NodeGUID), strings.Join(ports, " ")
+		}
+		if showMode {
+			ew.printf("%s\t%s\t%s\t%s\t%s\n", info.provider, info.name, guid, state, info.mode)
+		} else {
+			ew.printf("%s\t%s\t%s\t%s\n", info.provider, info.name, guid, state)
+		}
+	}
+	if ew.err != nil {
+		return ew.err
+	}
+	return tw.Flush()
+}
+
+// writeDeviceInfo prints a device's attributes and those of its ports as
+// ibv_devinfo does: the summary, or with verbose every attribute, in
+// ibv_devinfo -v's order, followed by those only ibex has. Each port ends
+// with an empty line, as in ibv_devinfo. With showMode (a daemon answers,
+// so a device may be reached two ways) a mode line says how this process
+// reaches the device: last of the summary's device lines, after provider
+// with verbose. A device that could not be opened has its name, (with
+// verbose) its provider and the mode line that says why, then an empty
+// line.
+func writeDeviceInfo(w io.Writer, info deviceInfo, verbose, showMode bool) error {
 	ew := &errWriter{w: w}
 	dev := func(label string, format string, args ...any) { attrLine(ew, 1, label, fmt.Sprintf(format, args...)) }
-	ew.printf("hca_id:\t%s\n", c.Name())
+	ew.printf("hca_id:\t%s\n", info.name)
+	if info.unavailable {
+		if verbose {
+			dev("provider", "%s", info.provider)
+		}
+		dev("mode", "%s", info.mode)
+		ew.printf("\n")
+		return ew.err
+	}
+	a := info.attr
 	dev("transport", "%s", formatTransport(a.Transport))
 	if a.FWVersion != "" {
 		dev("fw_ver", "%s", a.FWVersion)
@@ -271,6 +446,9 @@ func writeDeviceInfo(w io.Writer, d verbs.DeviceName, onlyPort int, verbose bool
 	dev("hw_ver", "0x%X", a.HWVersion)
 	dev("board_id", "%s", a.BoardID)
 	dev("phys_port_cnt", "%d", a.PhysPortCnt)
+	if showMode && !verbose {
+		dev("mode", "%s", info.mode)
+	}
 	if verbose {
 		dev("max_mr_size", "0x%x", a.MaxMRSize)
 		dev("page_size_cap", "0x%x", a.PageSizeCap)
@@ -285,11 +463,14 @@ func writeDeviceInfo(w io.Writer, d verbs.DeviceName, onlyPort int, verbose bool
 		dev("max_qp_init_rd_atom", "%d", a.MaxQPInitRdAtom)
 		dev("atomic_cap", "%v (%d)", a.AtomicCap, uint8(a.AtomicCap))
 		// ibex's own, which ibv_devinfo has no line for.
-		dev("provider", "%s", c.Provider())
+		dev("provider", "%s", info.provider)
+		if showMode {
+			dev("mode", "%s", info.mode)
+		}
 		dev("max_inline_data", "%d", a.MaxInlineData)
 		dev("ibex_caps", "%v (%#x)", a.Caps, uint32(a.Caps))
 	}
-	for _, p := range ports {
+	for _, p := range info.ports {
 		pa := p.attr
 		port := func(label string, format string, args ...any) { attrLine(ew, 3, label, fmt.Sprintf(format, args...)) }
 		ew.printf("\t\tport:\t%d\n", p.num)

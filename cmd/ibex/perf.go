@@ -176,6 +176,7 @@ func newPerfCmd() *cobra.Command {
 	f.BoolVarP(&version, "version", "V", false, "print perftest's protocol version this speaks and exit")
 	f.BoolVarP(&cfg.Duplex, "bidirectional", "b", false, "both ends post; each reports the sum (write_bw, read_bw, atomic_bw; on both ends)")
 	f.BoolVar(&cfg.ReportBoth, "report-both", false, "with -b, also report this end's and the peer's results separately")
+	f.BoolVarP(&cfg.Events, "events", "e", false, "sleep on CQ events (the completion channel) instead of busy polling (not with -D)")
 	f.VarP(rangeFlag{p: &cfg.Inline, name: "Max inline", min: 0, max: 1024}, "inline_size", "I", "max inline data: WRITE and SEND payloads up to this size go inline (default 0)")
 	f.IntVarP(&gidIndex, "gid-index", "x", 0, "GID index (only 0: ibex devices have one GID)")
 	f.VarP(mtuFlag{&cfg.MTU}, "mtu", "m", "MTU, 256 to 4096 (default the port's)")
@@ -215,7 +216,6 @@ var perfRejected = []struct {
 	{"limit_bw", "w", true, "rate limiting is not supported yet"},
 	{"limit_msgrate", "y", true, "rate limiting is not supported yet"},
 	{"use_cuda", "", true, "ibex registers host memory only (no GPU memory)"},
-	{"events", "e", false, "completion events are not supported yet: ibex perf polls"},
 	{"dualport", "O", false, "ibex devices have one port"},
 	{"use-srq", "", false, "SRQs are not supported yet"},
 	{"odp", "", false, "on-demand paging: every ibex MR is already pageable Go memory"},
