@@ -51,6 +51,7 @@ type client struct {
 	set   atomic.Pointer[engineSet]
 
 	posted, completed atomic.Uint64
+	inflight          atomic.Int64 // send WQEs posted whose completion has not been moved
 }
 
 type segment struct {

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/internal/hwq"
 	"github.com/ibex-rdma/ibex/internal/ibexdwire"
@@ -262,22 +264,25 @@ func (q *qpEntry) pumpRQ() (int, error) {
 
 // pump moves completions from the daemon CQ to the process's ring, as
 // many as the ring has room for. Polling drives the device's progress.
-func (e *cqEntry) pump() (int, error) {
+func (e *cqEntry) pump() (n, sends int, _ error) {
 	room, err := e.prod.Reserve(len(e.wcs))
 	if err != nil && !errors.Is(err, hwq.ErrFull) {
-		return 0, fmt.Errorf("cq %d: %w: %w", e.id, errHostile, err)
+		return 0, 0, fmt.Errorf("cq %d: %w: %w", e.id, errHostile, err)
 	}
 	if room == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	room = min(room, len(e.wcs))
 	n, perr := e.cq.Poll(e.wcs[:room])
 	for i := range n {
 		wc := &e.wcs[i]
+		if wc.Opcode < verbs.WCRecv {
+			sends++
+		}
 		e.cqe = hwq.CQE{WRID: wc.WRID, Status: ib.WCStatus(wc.Status), Opcode: uint8(wc.Opcode), Flags: uint8(wc.Flags),
 			ByteLen: wc.ByteLen, QPNum: wc.QPNum, SrcQP: wc.SrcQP, Imm: wc.Imm}
 		if err := e.cqe.Encode(e.prod.Entry(i)); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if n < room {
@@ -295,10 +300,14 @@ func (e *cqEntry) pump() (int, error) {
 	if perr != nil && n == 0 {
 		// The daemon CQ overflowed: the process's QPs on it were moved
 		// to ERR by verbs; nothing more will come.
-		return 0, nil
+		return 0, 0, nil
 	}
-	return n, nil
+	return n, sends, nil
 }
+
+// yield gives the CPU to another thread of the machine (the processes
+// the daemon serves may be waiting for this core).
+func yield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // engine runs the process's data path until ctx ends or the process
 // breaks the ring protocol (it is then detached).
@@ -330,9 +339,12 @@ func (c *client) engine(ctx context.Context) {
 		if idleSince.IsZero() {
 			idleSince = now
 		}
-		if now.Sub(idleSince) < spin {
-			if i%64 == 0 {
-				runtime.Gosched()
+		// While requests are in flight a response is due soon: keep
+		// polling (it also drives the device), but let other
+		// processes have the CPU between looks (sched_yield).
+		if c.inflight.Load() > 0 || now.Sub(idleSince) < spin {
+			if i%16 == 0 {
+				yield()
 			}
 			continue
 		}
@@ -362,6 +374,7 @@ func (c *client) pass() (int, error) {
 			return 0, err
 		}
 		c.posted.Add(uint64(n))
+		c.inflight.Add(int64(n))
 		total += n
 		if n, err = q.pumpRQ(); err != nil {
 			return 0, err
@@ -369,7 +382,8 @@ func (c *client) pass() (int, error) {
 		total += n
 	}
 	for _, e := range s.cqs {
-		n, err := e.pump()
+		n, sends, err := e.pump()
+		c.inflight.Add(-int64(sends))
 		if err != nil {
 			return 0, err
 		}

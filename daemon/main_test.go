@@ -1,21 +1,17 @@
 package daemon_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/ibex-rdma/ibex/daemon"
-	_ "github.com/ibex-rdma/ibex/provider/ibexd"
+	"github.com/ibex-rdma/ibex/provider/ibexd"
 	_ "github.com/ibex-rdma/ibex/provider/udp"
 	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/verbs/verbstest"
@@ -33,53 +29,59 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if sock := os.Getenv(daemonEnv); sock != "" {
-		os.Exit(daemonChild(sock, os.Getenv(daemonAddrEnv)))
-	}
 	verbstest.ChildMain(suiteEnv, func() (*verbs.Context, error) { return verbs.Open("ibexd/udp0") }, nil)
 	if role := os.Getenv(appEnv); role != "" {
 		os.Exit(appChild(role))
 	}
-	os.Exit(m.Run())
-}
-
-// daemonChild serves until its stdin closes or SIGTERM; it prints "ready"
-// once the socket listens.
-func daemonChild(sock, addr string) int {
-	cfg := daemon.DefaultConfig()
-	cfg.Socket = sock
-	cfg.Devices = []daemon.DeviceConfig{{Name: "udp0", Address: addr}}
-	d, err := daemon.New(cfg)
+	dir, err := os.MkdirTemp("", "ibexd-test")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "daemon child:", err)
-		return 1
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
-	fmt.Println("ready")
-	if err := d.Serve(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "daemon child:", err)
-		return 1
+	// The daemon runs as a user runs it: `ibex daemon`, built without the
+	// race detector (under -race a race-instrumented daemon made the
+	// conformance suite take 97 s instead of 11); the processes attached
+	// to it are this test binary, with whatever flags it was built.
+	ibexBin = filepath.Join(dir, "ibex")
+	if err := goBuild(ibexBin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
 	}
-	return 0
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
-// testDaemon is a daemon child.
+// ibexBin is the ibex binary TestMain builds.
+var ibexBin string
+
+func goBuild(bin string) error {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("no go tool to build ibex (%v)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, "github.com/ibex-rdma/ibex/cmd/ibex").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build ibex: %v: %s", err, out)
+	}
+	return nil
+}
+
+// testDaemon is a running `ibex daemon`.
 type testDaemon struct {
-	sock  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	exit  chan error
+	sock string
+	cmd  *exec.Cmd
+	exit chan error
+	done bool
 }
 
-// startDaemon starts a daemon on addr with its socket in a fresh
-// directory, and points this process's ibexd provider (and children's) at
-// it. It is stopped at cleanup.
+// startDaemon starts `ibex daemon` with its udp0 on addr and its socket in
+// a fresh directory, waits until it answers, and points this process's
+// ibexd provider (and its children's) at it. At cleanup it is stopped
+// with SIGTERM and must exit 0.
 func startDaemon(t testing.TB, addr string) *testDaemon {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ibexd")
@@ -88,50 +90,49 @@ func startDaemon(t testing.TB, addr string) *testDaemon {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	d := &testDaemon{sock: filepath.Join(dir, "ibexd.sock"), exit: make(chan error, 1)}
-	d.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	d.cmd.Env = append(os.Environ(), daemonEnv+"="+d.sock, daemonAddrEnv+"="+addr)
+	d.cmd = exec.Command(ibexBin, "daemon", "--socket", d.sock)
+	d.cmd.Env = append(os.Environ(), "IBEX_UDP_ADDR="+addr, "IBEX_DAEMON=off")
 	d.cmd.Stderr = os.Stderr
-	d.stdin, _ = d.cmd.StdinPipe()
-	out, _ := d.cmd.StdoutPipe()
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		ready <- line
-		_, _ = io.Copy(io.Discard, out)
-	}()
 	go func() { d.exit <- d.cmd.Wait() }()
-	select {
-	case line := <-ready:
-		if strings.TrimSpace(line) != "ready" {
-			t.Fatalf("daemon child did not start: %q", line)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := ibexd.QueryStatus(d.sock, time.Second); err == nil {
+			break
 		}
-	case <-time.After(20 * time.Second):
-		_ = d.cmd.Process.Kill()
-		t.Fatal("daemon child: no ready line in 20s")
+		select {
+		case err := <-d.exit:
+			t.Fatalf("ibex daemon exited before it served: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = d.cmd.Process.Kill()
+			t.Fatal("ibex daemon: no answer on its socket in 20s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	t.Setenv("IBEX_DAEMON_SOCKET", d.sock)
 	t.Cleanup(func() { d.stop(t) })
 	return d
 }
 
-// stop closes the daemon's stdin and waits for it to exit.
+// stop sends SIGTERM and waits for a clean exit.
 func (d *testDaemon) stop(t testing.TB) {
-	if d.stdin == nil {
+	if d.done {
 		return
 	}
-	d.stdin.Close()
-	d.stdin = nil
+	d.done = true
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-d.exit:
 		if err != nil {
-			t.Errorf("daemon exited: %v", err)
+			t.Errorf("ibex daemon, stopped with SIGTERM: %v", err)
 		}
 	case <-time.After(20 * time.Second):
 		_ = d.cmd.Process.Kill()
-		t.Errorf("daemon did not stop in 20s; killed")
+		t.Errorf("ibex daemon did not stop in 20s after SIGTERM; killed")
 	}
 }
 
@@ -139,7 +140,7 @@ func (d *testDaemon) stop(t testing.TB) {
 func (d *testDaemon) kill() {
 	_ = d.cmd.Process.Kill()
 	<-d.exit
-	d.stdin = nil
+	d.done = true
 }
 
 // TestConformance runs the verbs conformance suite through the daemon:
