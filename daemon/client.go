@@ -50,6 +50,13 @@ type client struct {
 	engMu sync.Mutex
 	set   atomic.Pointer[engineSet]
 
+	// An upgrade: handing stops serve between two requests (serveDone
+	// is closed when it has stopped); quiesce stops the engine from
+	// taking new work.
+	handing   atomic.Bool
+	quiesce   atomic.Bool
+	serveDone chan struct{}
+
 	posted, completed atomic.Uint64
 	inflight          atomic.Int64 // send WQEs posted whose completion has not been moved
 }
@@ -75,6 +82,16 @@ func (d *Daemon) serveConn(ctx context.Context, conn *net.UnixConn) {
 		return
 	}
 	switch req.Op {
+	case OpHandover:
+		if err := d.handOver(conn); err != nil {
+			fmt.Fprintf(os.Stderr, "ibexd: %v\n", err)
+			_ = ibexdwire.Send(conn, &handoverHeader{Err: err.Error()})
+			d.handedOver <- false
+			return
+		}
+		fmt.Fprintf(os.Stderr, "ibexd: handed over to a new daemon; exiting\n")
+		d.handedOver <- true
+		return
 	case ibexdwire.OpStatus:
 		st := d.Status()
 		_ = ibexdwire.Send(conn, &ibexdwire.Response{ID: req.ID, Status: &st})
@@ -129,7 +146,7 @@ func (d *Daemon) attach(ctx context.Context, conn *net.UnixConn, req *ibexdwire.
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	c := &client{d: d, conn: conn, pid: peerPID(conn), device: req.Device, ctx: vctx, db: db, cancel: cancel,
-		done: make(chan struct{}), pds: map[uint32]*verbs.PD{}, segs: map[uint32]*segment{},
+		done: make(chan struct{}), serveDone: make(chan struct{}), pds: map[uint32]*verbs.PD{}, segs: map[uint32]*segment{},
 		mrs: map[uint32]*mrEntry{}, cqs: map[uint32]*cqEntry{}, qps: map[uint32]*qpEntry{}}
 	c.command = commandOf(c.pid)
 	c.set.Store(&engineSet{})
@@ -161,9 +178,15 @@ func commandOf(pid int) string {
 
 // serve answers the process's requests until it goes away or misbehaves.
 func (c *client) serve(buf []byte) {
+	defer close(c.serveDone)
 	for {
 		var req ibexdwire.Request
 		fds, err := ibexdwire.Recv(c.conn, buf, &req)
+		if err != nil && c.handing.Load() {
+			// An upgrade stops this reader between two requests (a
+			// read deadline); the next daemon reads what comes next.
+			return
+		}
 		if err != nil {
 			// EOF is a process that exited or was killed: no message.
 			if strings.Contains(err.Error(), "malformed") {
@@ -193,7 +216,7 @@ func (c *client) serve(buf []byte) {
 		c.mu.Lock()
 		dead := c.dead
 		c.mu.Unlock()
-		if dead {
+		if dead || c.handing.Load() {
 			return
 		}
 	}
@@ -265,6 +288,11 @@ func (c *client) detachAs(why error, hostile bool) {
 	c.conn.Close()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.teardown()
+}
+
+// teardown destroys the process's objects (c.mu held, engine stopped).
+func (c *client) teardown() {
 	for n, q := range c.qps {
 		_ = q.qp.Destroy()
 		q.seg.Close()
@@ -275,6 +303,9 @@ func (c *client) detachAs(why error, hostile bool) {
 		delete(c.mrs, n)
 	}
 	for n, q := range c.cqs {
+		if q.cancel != nil {
+			q.stop()
+		}
 		_ = q.cq.Destroy()
 		q.seg.Close()
 		delete(c.cqs, n)

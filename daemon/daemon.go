@@ -51,6 +51,11 @@ type Daemon struct {
 	closed   bool
 	detached atomic.Uint64
 	wg       sync.WaitGroup
+
+	// An upgrade in progress (handover.go): the accept loop waits for
+	// its outcome on handedOver (true: exit, the new daemon serves).
+	handing    atomic.Bool
+	handedOver chan bool
 }
 
 // New configures the devices, pins the daemon to its cores and listens on
@@ -65,7 +70,7 @@ func New(cfg Config) (*Daemon, error) {
 			return nil, fmt.Errorf("ibexd: cores %v: %w", cfg.Cores, err)
 		}
 	}
-	d := &Daemon{cfg: cfg, started: time.Now(), devs: map[string]*verbs.Context{}, clients: map[*client]struct{}{}}
+	d := &Daemon{cfg: cfg, started: time.Now(), devs: map[string]*verbs.Context{}, clients: map[*client]struct{}{}, handedOver: make(chan bool, 1)}
 	for i, dc := range cfg.Devices {
 		if err := udp.SetDevice(dc.Name, dc.AddrPort(), dc.XDP); err != nil {
 			d.closeDevices()
@@ -123,6 +128,16 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	var err error
 	for {
 		conn, aerr := d.ln.AcceptUnix()
+		if aerr != nil && d.handing.Load() && ctx.Err() == nil {
+			if <-d.handedOver {
+				// The new daemon serves the socket, the devices and
+				// every process: leave without touching them.
+				return nil
+			}
+			d.handing.Store(false)
+			_ = d.ln.SetDeadline(time.Time{})
+			continue
+		}
 		if aerr != nil {
 			if ctx.Err() == nil {
 				err = fmt.Errorf("ibexd: accept: %w", aerr)
@@ -174,6 +189,9 @@ func (d *Daemon) add(c *client) error {
 	defer d.mu.Unlock()
 	if d.closed {
 		return errors.New("ibexd is shutting down")
+	}
+	if d.handing.Load() {
+		return errors.New("ibexd is being upgraded: attach again in a moment")
 	}
 	if len(d.clients) >= d.cfg.Limits.MaxClients {
 		return fmt.Errorf("limits.max_clients: %d processes already attached: %w", len(d.clients), verbs.ErrLimit)

@@ -19,19 +19,22 @@ import (
 // engineSet is what an engine serves: replaced whole by the control path
 // (under engMu), read by the engine without a lock.
 type engineSet struct {
-	qps []*qpEntry
-	cqs []*cqEntry
+	qps   []*qpEntry
+	cqs   []*cqEntry
+	byQPN map[uint32]*qpEntry
 }
 
 // cqEntry is a daemon CQ and the process's completion ring it feeds.
 type cqEntry struct {
 	id      uint32
+	depth   int // the process's CQ depth
 	cq      *verbs.CQ
 	seg     *shmem.Segment
 	prod    *hwq.Producer
 	wcs     []verbs.WC
 	cqe     hwq.CQE
 	drained chan struct{} // the engine found the CQ empty: watch may wait again
+	backlog []hwq.CQE     // completions to move before the CQ's (an upgrade)
 	cancel  context.CancelFunc
 	stopped chan struct{}
 }
@@ -63,6 +66,7 @@ func (e *cqEntry) stop() {
 
 // qpEntry is a daemon QP and the process's send and receive rings.
 type qpEntry struct {
+	pd       uint32 // the process's id of the QP's PD
 	qp       *verbs.QP
 	seg      *shmem.Segment
 	rqOff    int
@@ -79,14 +83,61 @@ type qpEntry struct {
 	sgls     [][]verbs.SGE
 	inls     [][]byte
 	maxBatch int
+
+	// The receives posted to the daemon's QP and not yet completed, in
+	// order (a completion of the QP's receive pops the head): what an
+	// upgrade hands to the next daemon to post again.
+	posted recvShadow
+}
+
+// recvShadow is a FIFO of posted receives with preallocated storage.
+type recvShadow struct {
+	rsn     []uint64
+	sgl     [][]verbs.SGE
+	head, n int
+}
+
+func (r *recvShadow) init(depth, maxSGE int) {
+	r.rsn = make([]uint64, depth)
+	r.sgl = make([][]verbs.SGE, depth)
+	for i := range r.sgl {
+		r.sgl[i] = make([]verbs.SGE, 0, maxSGE)
+	}
+}
+
+func (r *recvShadow) push(rsn uint64, sgl []verbs.SGE) {
+	if r.n == len(r.rsn) {
+		return // cannot happen: the daemon's RQ is as deep
+	}
+	i := (r.head + r.n) % len(r.rsn)
+	r.rsn[i], r.sgl[i] = rsn, append(r.sgl[i][:0], sgl...)
+	r.n++
+}
+
+// pop removes the receive rsn completed (the head, in order).
+func (r *recvShadow) pop(rsn uint64) {
+	if r.n > 0 && r.rsn[r.head] == rsn {
+		r.head = (r.head + 1) % len(r.rsn)
+		r.n--
+	}
+}
+
+func (r *recvShadow) clear() { r.head, r.n = 0, 0 }
+
+// list returns the receives in order.
+func (r *recvShadow) list() []verbs.RecvWR {
+	out := make([]verbs.RecvWR, 0, r.n)
+	for i := range r.n {
+		j := (r.head + i) % len(r.rsn)
+		out = append(out, verbs.RecvWR{ID: r.rsn[j], SGL: append([]verbs.SGE(nil), r.sgl[j]...)})
+	}
+	return out
 }
 
 func newQPEntry(qp *verbs.QP, scq, rcq *cqEntry, pid int) (*qpEntry, error) {
 	cp := qp.Cap()
-	q := &qpEntry{qp: qp, sendCQ: scq, recvCQ: rcq,
-		slim: hwq.Limits{MaxSGE: cp.MaxSendSGE, MaxInline: cp.MaxInlineData},
-		rlim: hwq.Limits{MaxSGE: cp.MaxRecvSGE}}
-	ssize, rsize := hwq.SendWQESize(q.slim), hwq.RecvWQESize(q.rlim)
+	slim, rlim := hwq.Limits{MaxSGE: cp.MaxSendSGE, MaxInline: cp.MaxInlineData}, hwq.Limits{MaxSGE: cp.MaxRecvSGE}
+	ssize, rsize := hwq.SendWQESize(slim), hwq.RecvWQESize(rlim)
 	sn, rn := ringCount(cp.MaxSendWR), ringCount(cp.MaxRecvWR)
 	sbytes, err := hwq.RegionSize(ssize, sn)
 	if err != nil {
@@ -96,28 +147,55 @@ func newQPEntry(qp *verbs.QP, scq, rcq *cqEntry, pid int) (*qpEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	q.rqOff = (sbytes + hwq.Align - 1) &^ (hwq.Align - 1)
-	seg, err := shmem.Create(fmt.Sprintf("ibexd-qp-%d", pid), int64(pageRound(q.rqOff+rbytes)))
+	rqOff := (sbytes + hwq.Align - 1) &^ (hwq.Align - 1)
+	seg, err := shmem.Create(fmt.Sprintf("ibexd-qp-%d", pid), int64(pageRound(rqOff+rbytes)))
 	if err != nil {
 		return nil, err
 	}
-	sr, err := hwq.Init(seg.Mem[:sbytes], hwq.Config{EntrySize: ssize, Count: sn})
+	_, err = hwq.Init(seg.Mem[:sbytes], hwq.Config{EntrySize: ssize, Count: sn})
 	if err == nil {
-		q.sq, err = sr.Consumer(hwq.WaitOptions{})
+		_, err = hwq.Init(seg.Mem[rqOff:rqOff+rbytes], hwq.Config{EntrySize: rsize, Count: rn})
 	}
 	if err == nil {
-		var rr *hwq.Ring
-		rr, err = hwq.Init(seg.Mem[q.rqOff:q.rqOff+rbytes], hwq.Config{EntrySize: rsize, Count: rn})
-		if err == nil {
-			q.rq, err = rr.Consumer(hwq.WaitOptions{})
+		var q *qpEntry
+		if q, err = attachQPEntry(qp, scq, rcq, seg, rqOff); err == nil {
+			return q, nil
 		}
 	}
+	seg.Close()
+	return nil, err
+}
+
+// attachQPEntry serves qp from the rings in seg (made by newQPEntry, here
+// or in the daemon this one took over from), consuming from where the
+// shared indices say. The geometry is checked against the QP's caps.
+func attachQPEntry(qp *verbs.QP, scq, rcq *cqEntry, seg *shmem.Segment, rqOff int) (*qpEntry, error) {
+	cp := qp.Cap()
+	q := &qpEntry{qp: qp, sendCQ: scq, recvCQ: rcq, seg: seg, rqOff: rqOff,
+		slim: hwq.Limits{MaxSGE: cp.MaxSendSGE, MaxInline: cp.MaxInlineData},
+		rlim: hwq.Limits{MaxSGE: cp.MaxRecvSGE}}
+	if rqOff <= 0 || rqOff >= len(seg.Mem) {
+		return nil, fmt.Errorf("qp %#x: receive ring at %d of a %d-byte segment", qp.Num(), rqOff, len(seg.Mem))
+	}
+	sr, err := hwq.Attach(seg.Mem[:rqOff])
 	if err != nil {
-		seg.Close()
 		return nil, err
 	}
-	q.seg = seg
-	q.buf = make([]byte, max(ssize, rsize))
+	rr, err := hwq.Attach(seg.Mem[rqOff:])
+	if err != nil {
+		return nil, err
+	}
+	if sr.EntrySize() < hwq.SendWQESize(q.slim) || sr.Count() < cp.MaxSendWR ||
+		rr.EntrySize() < hwq.RecvWQESize(q.rlim) || rr.Count() < cp.MaxRecvWR {
+		return nil, fmt.Errorf("qp %#x: rings smaller than the QP's capabilities", qp.Num())
+	}
+	if q.sq, err = sr.Consumer(hwq.WaitOptions{}); err != nil {
+		return nil, err
+	}
+	if q.rq, err = rr.Consumer(hwq.WaitOptions{}); err != nil {
+		return nil, err
+	}
+	q.buf = make([]byte, max(sr.EntrySize(), rr.EntrySize()))
 	q.maxBatch = 32
 	q.swrs = make([]verbs.SendWR, q.maxBatch)
 	q.rwrs = make([]verbs.RecvWR, q.maxBatch)
@@ -130,6 +208,7 @@ func newQPEntry(qp *verbs.QP, scq, rcq *cqEntry, pid int) (*qpEntry, error) {
 	q.swqe.SGL = make([]hwq.SGE, 0, cp.MaxSendSGE)
 	q.swqe.Inline = make([]byte, 0, cp.MaxInlineData)
 	q.rwqe.SGL = make([]hwq.SGE, 0, cp.MaxRecvSGE)
+	q.posted.init(cp.MaxRecvWR, cp.MaxRecvSGE)
 	return q, nil
 }
 
@@ -141,6 +220,7 @@ func (q *qpEntry) discard() {
 	if n, err := q.rq.Available(); err == nil {
 		q.rq.Release(n)
 	}
+	q.posted.clear()
 }
 
 // errHostile marks a process that broke the ring protocol.
@@ -251,12 +331,21 @@ func (q *qpEntry) pumpRQ() (int, error) {
 		}
 		q.rwrs[i] = verbs.RecvWR{ID: q.rwqe.WRID, SGL: sgl}
 	}
+	posted := k
 	if err := q.qp.PostRecv(q.rwrs[:k]); err != nil {
 		if !errors.Is(err, verbs.ErrInvalidState) && !errors.Is(err, verbs.ErrClosed) && !errors.Is(err, verbs.ErrInvalidLKey) {
 			return 0, fmt.Errorf("qp %#x: %w: post recv: %w", q.qp.Num(), errHostile, err)
 		}
 		// Reset since, or an MR gone: dropped as the RESET or the
 		// process's own dereg decided.
+		posted = 0
+		var pe *verbs.PostError
+		if errors.As(err, &pe) {
+			posted = pe.Index
+		}
+	}
+	for i := range posted {
+		q.posted.push(q.rwrs[i].ID, q.rwrs[i].SGL)
 	}
 	q.rq.Release(k)
 	return k, nil
@@ -264,7 +353,7 @@ func (q *qpEntry) pumpRQ() (int, error) {
 
 // pump moves completions from the daemon CQ to the process's ring, as
 // many as the ring has room for. Polling drives the device's progress.
-func (e *cqEntry) pump() (n, sends int, _ error) {
+func (e *cqEntry) pump(byQPN map[uint32]*qpEntry) (n, sends int, _ error) {
 	room, err := e.prod.Reserve(len(e.wcs))
 	if err != nil && !errors.Is(err, hwq.ErrFull) {
 		return 0, 0, fmt.Errorf("cq %d: %w: %w", e.id, errHostile, err)
@@ -273,11 +362,27 @@ func (e *cqEntry) pump() (n, sends int, _ error) {
 		return 0, 0, nil
 	}
 	room = min(room, len(e.wcs))
+	if len(e.backlog) > 0 {
+		// Completions the daemon this one took over from could not
+		// move before it stopped: they go first, in order.
+		k := min(room, len(e.backlog))
+		for i := range k {
+			if err := e.backlog[i].Encode(e.prod.Entry(i)); err != nil {
+				return 0, 0, err
+			}
+		}
+		e.backlog = e.backlog[k:]
+		e.prod.Trim(k)
+		e.prod.Publish()
+		return k, 0, nil
+	}
 	n, perr := e.cq.Poll(e.wcs[:room])
 	for i := range n {
 		wc := &e.wcs[i]
 		if wc.Opcode < verbs.WCRecv {
 			sends++
+		} else if q := byQPN[wc.QPNum]; q != nil {
+			q.posted.pop(wc.WRID)
 		}
 		e.cqe = hwq.CQE{WRID: wc.WRID, Status: ib.WCStatus(wc.Status), Opcode: uint8(wc.Opcode), Flags: uint8(wc.Flags),
 			ByteLen: wc.ByteLen, QPNum: wc.QPNum, SrcQP: wc.SrcQP, Imm: wc.Imm}
@@ -303,6 +408,26 @@ func (e *cqEntry) pump() (n, sends int, _ error) {
 		return 0, 0, nil
 	}
 	return n, sends, nil
+}
+
+// takeAll moves what the daemon CQ still holds into the backlog (an
+// upgrade: the process's ring is full and the CQ is about to go away).
+func (e *cqEntry) takeAll(byQPN map[uint32]*qpEntry) {
+	for {
+		n, _ := e.cq.Poll(e.wcs)
+		if n == 0 {
+			return
+		}
+		for _, wc := range e.wcs[:n] {
+			if wc.Opcode >= verbs.WCRecv {
+				if q := byQPN[wc.QPNum]; q != nil {
+					q.posted.pop(wc.WRID)
+				}
+			}
+			e.backlog = append(e.backlog, hwq.CQE{WRID: wc.WRID, Status: ib.WCStatus(wc.Status), Opcode: uint8(wc.Opcode),
+				Flags: uint8(wc.Flags), ByteLen: wc.ByteLen, QPNum: wc.QPNum, SrcQP: wc.SrcQP, Imm: wc.Imm})
+		}
+	}
 }
 
 // yield gives the CPU to another thread of the machine (the processes
@@ -368,21 +493,25 @@ func (c *client) pass() (int, error) {
 	defer c.engMu.Unlock()
 	s := c.set.Load()
 	total := 0
+	quiet := c.quiesce.Load()
 	for _, q := range s.qps {
-		n, err := q.pumpSQ()
-		if err != nil {
-			return 0, err
+		if !quiet { // an upgrade takes no new requests (receives still)
+			n, err := q.pumpSQ()
+			if err != nil {
+				return 0, err
+			}
+			c.posted.Add(uint64(n))
+			c.inflight.Add(int64(n))
+			total += n
 		}
-		c.posted.Add(uint64(n))
-		c.inflight.Add(int64(n))
-		total += n
-		if n, err = q.pumpRQ(); err != nil {
+		n, err := q.pumpRQ()
+		if err != nil {
 			return 0, err
 		}
 		total += n
 	}
 	for _, e := range s.cqs {
-		n, sends, err := e.pump()
+		n, sends, err := e.pump(s.byQPN)
 		c.inflight.Add(-int64(sends))
 		if err != nil {
 			return 0, err

@@ -222,7 +222,7 @@ func (c *client) createCQ(req *ibexdwire.Request) (*ibexdwire.Response, int, err
 		return nil, -1, err
 	}
 	id := c.id()
-	e := &cqEntry{id: id, cq: cq, seg: seg, prod: prod, wcs: make([]verbs.WC, 64), drained: make(chan struct{}, 1)}
+	e := &cqEntry{id: id, depth: req.Depth, cq: cq, seg: seg, prod: prod, wcs: make([]verbs.WC, 64), drained: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.stopped = make(chan struct{})
@@ -254,6 +254,7 @@ func (c *client) createQP(req *ibexdwire.Request) (*ibexdwire.Response, int, err
 		_ = qp.Destroy()
 		return nil, -1, err
 	}
+	q.pd = req.PD
 	c.engMu.Lock()
 	c.qps[qp.Num()] = q
 	c.publishLocked()
@@ -264,9 +265,10 @@ func (c *client) createQP(req *ibexdwire.Request) (*ibexdwire.Response, int, err
 // publishLocked gives the engine the current QPs and CQs (c.mu and
 // c.engMu held).
 func (c *client) publishLocked() {
-	s := &engineSet{}
-	for _, q := range c.qps {
+	s := &engineSet{byQPN: make(map[uint32]*qpEntry, len(c.qps))}
+	for n, q := range c.qps {
 		s.qps = append(s.qps, q)
+		s.byQPN[n] = q
 	}
 	for _, e := range c.cqs {
 		s.cqs = append(s.cqs, e)

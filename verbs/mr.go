@@ -80,7 +80,7 @@ type MR struct {
 // must not be resized while registered; remote write and remote atomic need
 // local write, as in libibverbs.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
-	return pd.regMR(buf, 0, false, access, nil)
+	return pd.regMR(buf, 0, false, access, nil, nil)
 }
 
 // RegMRIOVA registers buf as the region [iova, iova+len(buf)) of the
@@ -92,7 +92,21 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 	if iova+uint64(len(buf)) < iova {
 		return nil, errorf(ErrInvalidArgument, "reg mr: iova %#x + length %d overflows", iova, len(buf))
 	}
-	return pd.regMR(buf, iova, true, access, nil)
+	return pd.regMR(buf, iova, true, access, nil, nil)
+}
+
+// RestoreMR registers buf at iova with the keys an MR had in another
+// process: a daemon that takes over the MRs of the daemon it replaces
+// (ibexd's upgrade) keeps the keys the processes and their peers hold.
+// Keys in use in this process are refused.
+func (pd *PD) RestoreMR(buf []byte, iova uint64, access Access, lkey, rkey uint32) (*MR, error) {
+	if iova+uint64(len(buf)) < iova {
+		return nil, errorf(ErrInvalidArgument, "restore mr: iova %#x + length %d overflows", iova, len(buf))
+	}
+	if lkey == 0 || rkey == 0 || lkey == rkey {
+		return nil, errorf(ErrInvalidArgument, "restore mr: lkey %#x, rkey %#x: must be distinct and non-zero", lkey, rkey)
+	}
+	return pd.regMR(buf, iova, true, access, nil, &[2]uint32{lkey, rkey})
 }
 
 // AllocBuf allocates n bytes that every device of the context can
@@ -128,13 +142,13 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	}
 	a, ok := pd.ctx.dev.(memAllocator)
 	if !ok {
-		return pd.regMR(make([]byte, n), 0, false, access, nil)
+		return pd.regMR(make([]byte, n), 0, false, access, nil, nil)
 	}
 	buf, free, err := a.AllocMem(n)
 	if err != nil {
 		return nil, fmt.Errorf("alloc mr: %w", err)
 	}
-	mr, err := pd.regMR(buf, 0, false, access, free)
+	mr, err := pd.regMR(buf, 0, false, access, free, nil)
 	if err != nil {
 		free()
 		return nil, err
@@ -142,7 +156,7 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	return mr, nil
 }
 
-func (pd *PD) regMR(buf []byte, iova uint64, useIOVA bool, access Access, free func()) (*MR, error) {
+func (pd *PD) regMR(buf []byte, iova uint64, useIOVA bool, access Access, free func(), given *[2]uint32) (*MR, error) {
 	c := pd.ctx
 	switch {
 	case len(buf) == 0:
@@ -172,7 +186,14 @@ func (pd *PD) regMR(buf []byte, iova uint64, useIOVA bool, access Access, free f
 		_ = pd.use(-1, 0)
 		_ = c.count(&c.nmr, -1, 0, "reg mr")
 	}
-	lkey, rkey, assigned, err := c.bind.AssignKeys(mr)
+	var lkey, rkey uint32
+	var assigned bool
+	var err error
+	if given != nil {
+		lkey, rkey, assigned = given[0], given[1], true
+	} else {
+		lkey, rkey, assigned, err = c.bind.AssignKeys(mr)
+	}
 	if err != nil {
 		undo()
 		return nil, fmt.Errorf("reg mr: %w", err)

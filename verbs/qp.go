@@ -33,6 +33,10 @@ type QPInitAttr struct {
 	Cap    QPCap
 	// SigAll makes every send request signaled.
 	SigAll bool
+	// QPN is zero for a new QP number. A daemon that takes over the QPs
+	// of the daemon it replaces (ibexd's upgrade) gives the number each
+	// had there; it must not be in use in this process.
+	QPN uint32
 }
 
 // QP is a reliable-connection queue pair (ibv_qp). It is safe for concurrent
@@ -140,10 +144,26 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		_ = c.count(&c.nqp, -1, 0, "create qp")
 		return nil, fmt.Errorf("create qp: %w", err)
 	}
+	num := nextQPN()
+	if init.QPN != 0 {
+		if init.QPN > 0xffffff || init.QPN < 2 {
+			_ = pd.use(0, -1)
+			_ = c.count(&c.nqp, -1, 0, "create qp")
+			return nil, errorf(ErrInvalidArgument, "create qp: qp_num %#x: QP numbers are 2..0xffffff", init.QPN)
+		}
+		num = init.QPN
+		// New numbers continue after the restored ones.
+		for {
+			cur := qpnCounter.Load()
+			if cur&0xffffff >= num || qpnCounter.CompareAndSwap(cur, num) {
+				break
+			}
+		}
+	}
 	_ = init.SendCQ.attach(1)
 	_ = init.RecvCQ.attach(1)
 	qp := &QP{
-		ctx: c, pd: pd, num: nextQPN(), sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
+		ctx: c, pd: pd, num: num, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
 		cap: cp, sigAll: init.SigAll, initPSN: randKey() & 0xffffff,
 	}
 	qp.sq.init(cp.MaxSendWR, cp.MaxSendSGE, cp.MaxInlineData)

@@ -20,10 +20,11 @@ import (
 )
 
 type daemonOptions struct {
-	Config string
-	Socket string
-	Cores  []int
-	Check  bool
+	Config   string
+	Socket   string
+	Cores    []int
+	Check    bool
+	Takeover bool
 }
 
 func newDaemonCmd() *cobra.Command {
@@ -43,6 +44,7 @@ func newDaemonCmd() *cobra.Command {
 			"Examples:\n" +
 			"  ibex daemon --config /etc/ibex/ibexd.yaml\n" +
 			"  ibex daemon --socket /tmp/ibexd.sock --cores 1\n" +
+			"  ibex daemon --takeover              # upgrade: the new binary takes over the running daemon\n" +
 			"  ibex daemon status",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -56,8 +58,14 @@ func newDaemonCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			d, err := daemon.New(cfg)
-			if err != nil {
+			var d *daemon.Daemon
+			if opt.Takeover {
+				var took time.Duration
+				if d, took, err = daemon.Takeover(cfg); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "ibexd: took over %s in %v\n", d.Socket(), took.Round(time.Microsecond))
+			} else if d, err = daemon.New(cfg); err != nil {
 				return err
 			}
 			st := d.Status()
@@ -73,6 +81,7 @@ func newDaemonCmd() *cobra.Command {
 	f.StringVar(&opt.Socket, "socket", "", "unix socket to serve (overrides the config's socket)")
 	f.IntSliceVar(&opt.Cores, "cores", nil, "CPUs to run on, e.g. 2,3 (overrides the config's cores)")
 	f.BoolVar(&opt.Check, "check", false, "validate the configuration and exit")
+	f.BoolVar(&opt.Takeover, "takeover", false, "take over the daemon serving the socket (an upgrade: its devices, processes and QPs, no connection dropped); it exits once this one serves")
 	cmd.AddCommand(newDaemonStatusCmd())
 	return cmd
 }

@@ -1,10 +1,14 @@
 package udp
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
+	"github.com/ibex-rdma/ibex/rc"
+	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/wire"
 )
 
@@ -56,4 +60,76 @@ func DeviceAddr(name string) (netip.AddrPort, bool) {
 	defer prov.mu.Unlock()
 	a, ok := prov.conf[name]
 	return a, ok
+}
+
+// Freeze ends device name's service in this process so that another
+// process can take it over (ibexd's upgrade): the progress loop stops,
+// no poller or poster runs the engines again, the socket is closed (the
+// address is free to bind), and the protocol state of every QP with an
+// engine is returned by QP number. Every QP must have no request queued
+// (rc.Conn.Export); packets in flight are lost, and the peers' go-back-N
+// recovers them. The device stays unusable in this process.
+func Freeze(name string) (map[uint32]rc.State, error) {
+	prov.mu.Lock()
+	d := prov.live[name]
+	prov.mu.Unlock()
+	if d == nil {
+		return nil, fmt.Errorf("udp: freeze %s: not open", name)
+	}
+	d.stop.Store(true)
+	_ = d.conn.SetReadDeadline(time.Now())
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+	<-d.done
+	d.own.Lock() // kept: nobody runs a pass again
+	d.commands()
+	out := map[uint32]rc.State{}
+	var errs []error
+	for n, q := range d.qps {
+		if q.eng == nil || q.dropAfter {
+			continue
+		}
+		st, err := q.eng.Export()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out[n] = st
+	}
+	_ = d.conn.Close()
+	if len(errs) > 0 {
+		return out, fmt.Errorf("udp: freeze %s: %w", name, errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// RestoreQP continues qp's connection from st (Freeze's, in another
+// process). qp is a QP of a udp device that has just been moved to RTS
+// with the attributes it had there, with nothing posted on it since.
+func RestoreQP(qp *verbs.QP, st rc.State) error {
+	prov.mu.Lock()
+	d := prov.live[qp.Context().Name()]
+	prov.mu.Unlock()
+	if d == nil {
+		return fmt.Errorf("udp: restore qp %#x: device %s not open", qp.Num(), qp.Context().Name())
+	}
+	d.own.Lock()
+	defer d.unlock()
+	d.commands()
+	q := d.qps[qp.Num()]
+	if q == nil || q.eng == nil {
+		return fmt.Errorf("udp: restore qp %#x: no engine (is it in RTS?)", qp.Num())
+	}
+	if err := q.eng.Import(st); err != nil {
+		return err
+	}
+	if st.RecvTaken {
+		// The receive being filled is the head of the queue, re-posted
+		// in order.
+		q.rsn, _ = q.qp.RecvBegin()
+	}
+	d.markReady(q)
+	return nil
 }
