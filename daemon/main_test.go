@@ -82,7 +82,10 @@ type testDaemon struct {
 // a fresh directory, waits until it answers, and points this process's
 // ibexd provider (and its children's) at it. At cleanup it is stopped
 // with SIGTERM and must exit 0.
-func startDaemon(t testing.TB, addr string) *testDaemon {
+func startDaemon(t testing.TB, addr string) *testDaemon { return startDaemonIn(t, "", addr) }
+
+// startDaemonIn is startDaemon in network namespace ns ("": this one).
+func startDaemonIn(t testing.TB, ns, addr string) *testDaemon {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ibexd")
 	if err != nil {
@@ -91,6 +94,10 @@ func startDaemon(t testing.TB, addr string) *testDaemon {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	d := &testDaemon{sock: filepath.Join(dir, "ibexd.sock"), exit: make(chan error, 1)}
 	d.cmd = exec.Command(ibexBin, "daemon", "--socket", d.sock)
+	if ns != "" {
+		// ip netns exec execs the daemon: its pid is the daemon's.
+		d.cmd = exec.Command("ip", "netns", "exec", ns, ibexBin, "daemon", "--socket", d.sock)
+	}
 	d.cmd.Env = append(os.Environ(), "IBEX_UDP_ADDR="+addr, "IBEX_DAEMON=off")
 	d.cmd.Stderr = os.Stderr
 	if err := d.cmd.Start(); err != nil {
