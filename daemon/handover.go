@@ -105,10 +105,6 @@ type handoverQP struct {
 	Recvs          []verbs.RecvWR
 }
 
-// errHandedOver ends Serve after a handover (exit 0: the new daemon
-// serves).
-var errHandedOver = errors.New("handed over to a new daemon")
-
 // handOver runs in the goroutine of the new daemon's connection.
 func (d *Daemon) handOver(conn *net.UnixConn) error {
 	if uid, ok := peerUID(conn); !ok || (uid != 0 && uid != os.Getuid()) {
