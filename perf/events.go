@@ -3,6 +3,7 @@ package perf
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/ibex-rdma/ibex/verbs"
@@ -53,6 +54,7 @@ func (e *events) wait(cq *verbs.CQ, wd *watchdog) (expired bool, err error) {
 		return true, nil
 	}
 	e.timer.Reset(time.Duration(left))
+	eventWaits.Add(1)
 	err = cq.Wait(e.ctx)
 	if !e.timer.Stop() {
 		// The timer fired and ended e.ctx (or is about to): the next
@@ -73,6 +75,10 @@ func (e *events) wait(cq *verbs.CQ, wd *watchdog) (expired bool, err error) {
 	}
 	return false, err
 }
+
+// eventWaits counts the waits of -e in this process (the tests check that
+// an events run sleeps and a polling one does not).
+var eventWaits atomic.Uint64
 
 // idle is called on every empty poll of cq: without -e it spins (the
 // watchdog yields the CPU now and then), with -e it sleeps on cq. expired

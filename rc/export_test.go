@@ -86,3 +86,11 @@ func DebugState(c *Conn) string {
 	}
 	return s
 }
+
+// Kinds of ResponseState (state.go), for the Export/Import tests.
+const (
+	ResponseAck       = itemAck
+	ResponseNak       = itemNak
+	ResponseAtomicAck = itemAtomicAck
+	ResponseRead      = itemRead
+)

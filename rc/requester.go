@@ -121,6 +121,13 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 			return false
 		}
 		r.rnrUntil = 0
+		// The RNR wait disarmed the retransmit timer; if a full window
+		// keeps this poll from sending, PSNs are still unacknowledged
+		// (a READ response lost before the RNR NAK), and only the
+		// timer recovers them (seed 9638 of TestStateSimulation).
+		if r.maxRTO > 0 && r.deadlineAt == 0 && ib.PSNDiff(r.sentEnd, r.una) > 0 {
+			r.deadlineAt = now + r.rto
+		}
 	}
 	if r.next >= r.n {
 		return false

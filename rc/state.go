@@ -96,10 +96,14 @@ func (c *Conn) Import(s State) error {
 		return fmt.Errorf("rc: qp %#x: import: %d responder resources (next %d), this engine has %d", c.cfg.QPN, len(s.Resources), s.ResNext, len(p.res))
 	case len(s.Out) > len(p.out):
 		return fmt.Errorf("rc: qp %#x: import: %d responses pending, room for %d", c.cfg.QPN, len(s.Out), len(p.out))
-	case !validResponses(s.Out):
-		return fmt.Errorf("rc: qp %#x: import: a pending response of unknown kind", c.cfg.QPN)
 	case s.Cwnd < 1 || s.Ssthresh < 1 || s.RTO < 0 || s.SRTT < 0 || s.RTTVar < 0:
 		return fmt.Errorf("rc: qp %#x: import: window %d/%d or timer %d out of range", c.cfg.QPN, s.Cwnd, s.Ssthresh, s.RTO)
+	}
+	if err := validResources(s.Resources); err != nil {
+		return fmt.Errorf("rc: qp %#x: import: %w", c.cfg.QPN, err)
+	}
+	if err := validResponses(s.Out, uint32(c.cfg.MTU)); err != nil {
+		return fmt.Errorf("rc: qp %#x: import: %w", c.cfg.QPN, err)
 	}
 	r.psn, r.sentEnd, r.una = s.SendPSN, s.SendPSN, s.SendPSN
 	r.srtt, r.rttvar = s.SRTT, s.RTTVar
@@ -123,11 +127,25 @@ func (c *Conn) Import(s State) error {
 	return nil
 }
 
-func validResponses(out []ResponseState) bool {
-	for _, o := range out {
-		if o.Kind > itemRead {
-			return false
+func validResources(res []ResourceState) error {
+	for i, x := range res {
+		if x.First > ib.PSNMask || x.Last > ib.PSNMask {
+			return fmt.Errorf("responder resource %d: psns %#x-%#x beyond 24 bits", i, x.First, x.Last)
 		}
 	}
-	return true
+	return nil
+}
+
+func validResponses(out []ResponseState, mtu uint32) error {
+	for i, o := range out {
+		switch {
+		case o.Kind > itemRead:
+			return fmt.Errorf("pending response %d of unknown kind %d", i, o.Kind)
+		case o.PSN > ib.PSNMask || o.MSN > ib.PSNMask:
+			return fmt.Errorf("pending response %d: psn %#x or msn %#x beyond 24 bits", i, o.PSN, o.MSN)
+		case o.Kind == itemRead && (o.Off%mtu != 0 || (o.Off >= o.Len && o.Off != 0)):
+			return fmt.Errorf("pending READ response %d: offset %d in a READ of %d bytes", i, o.Off, o.Len)
+		}
+	}
+	return nil
 }

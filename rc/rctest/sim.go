@@ -43,6 +43,19 @@ type Config struct {
 	// Trace, if set, is given a line for every packet delivered and every
 	// retransmit timeout.
 	Trace func(line string)
+
+	// Handover, if set, replaces a's engine Handovers times (0 = once) at
+	// quiet points of its requester, as a daemon upgrade hands a QP to a
+	// new process: at a point of a's workload drawn from the seed, Run
+	// stops posting a's work until a has no request outstanding, then
+	// calls Handover with a's QP (q.Conn is the engine to replace, q.Host
+	// its host; Handover may set q.Trace, chaining what is there) and the
+	// rc.Config the engine was made with, drops every datagram in flight
+	// to or from a (the old process's socket is closed) and carries on
+	// with the engine returned. The peer must notice nothing but the
+	// loss: the run is checked as any other.
+	Handover  func(q *QP, cfg rc.Config) (*rc.Conn, error)
+	Handovers int
 }
 
 func (c Config) String() string {
@@ -106,6 +119,9 @@ type Result struct {
 	Time int64 // simulated ns at the end
 	Net  NetStats
 	A, B rc.Stats
+
+	// Handovers is how many times a's engine was replaced (Config.Handover).
+	Handovers int
 }
 
 // The memory of both sides in Run: the peer WRITEs, READs and runs atomics
@@ -175,6 +191,8 @@ func Run(cfg Config) (Result, error) {
 	b.workload(rng, cfg.Requests, cfg.MTU)
 	psn := [2]uint32{rng.Uint32() & ib.PSNMask, rng.Uint32() & ib.PSNMask}
 	var res Result
+	ho := newHandover(&cfg, len(a.todo))
+	var rcCfg [2]rc.Config
 	var pacer *rc.Pacer
 	if cfg.Pace {
 		pacer = rc.NewPacer(0, 0)
@@ -184,6 +202,7 @@ func Run(cfg Config) (Result, error) {
 			MTU: cfg.MTU, Timeout: cfg.Timeout, RetryCnt: cfg.RetryCnt, RNRRetry: 7, MinRNRTimer: 1,
 			MaxRdAtomic: 4, MaxDestRdAtomic: 4, Access: ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic,
 			Window: cfg.Window, MaxSendWR: 64, MinRTO: 200_000, Pacer: pacer}
+		rcCfg[i] = c
 		q, err := NewQP(net, simAddr[i], simAddr[1-i], c, s.h)
 		if err != nil {
 			return res, err
@@ -211,10 +230,13 @@ func Run(cfg Config) (Result, error) {
 	}
 	stopped := func(s *side) bool { return s.h.Stop != nil }
 	for {
+		if err := ho.step(net, a, simAddr[0], rcCfg[0]); err != nil {
+			return res, fmt.Errorf("%w\n%s", err, describe())
+		}
 		// Post work and the receives the peer needs, sometimes late so
 		// that RNR NAKs happen.
 		for _, s := range sides {
-			for s.posted < len(s.todo) && rng.IntN(4) != 0 {
+			for s.posted < len(s.todo) && !(s == a && ho.holding(s.posted)) && rng.IntN(4) != 0 {
 				w := s.todo[s.posted]
 				if s.h.Post(s.q.Conn, w.req, w.local) != nil {
 					break // queue full, or stopped
@@ -260,6 +282,9 @@ func Run(cfg Config) (Result, error) {
 				done = false
 			}
 		}
+		if ho.pending() && !stopped(a) {
+			done = false
+		}
 		if done || (stopped(a) && stopped(b)) || (cfg.WantFail != ib.WCSuccess && (stopped(a) || stopped(b))) {
 			break
 		}
@@ -291,6 +316,9 @@ func Run(cfg Config) (Result, error) {
 		}
 	}
 	res = Result{Time: net.Now(), Net: net.Stats(), A: a.q.Conn.Stats(), B: b.q.Conn.Stats()}
+	if ho != nil {
+		res.Handovers = ho.done
+	}
 	if cfg.WantFail != ib.WCSuccess {
 		for _, s := range sides {
 			if !stopped(s) {
