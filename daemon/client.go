@@ -30,9 +30,8 @@ type client struct {
 	command string
 	device  string
 	ctx     *verbs.Context
-	db      *shmem.Segment // the doorbell page
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when the engine has stopped
+	eng     *engine
+	cancel  context.CancelFunc // ends the event forwarder
 
 	sendMu sync.Mutex // one writer on conn
 
@@ -48,6 +47,7 @@ type client struct {
 	reason   error // why it was detached
 
 	engMu sync.Mutex
+	off   bool // (engMu) the engine serves this process no more
 	set   atomic.Pointer[engineSet]
 
 	// An upgrade: handing stops serve between two requests (serveDone
@@ -139,31 +139,25 @@ func (d *Daemon) attach(ctx context.Context, conn *net.UnixConn, req *ibexdwire.
 	if err != nil {
 		return nil, fmt.Errorf("hello: %w", err)
 	}
-	db, err := shmem.Create(fmt.Sprintf("ibexd-doorbell-%d", peerPID(conn)), ibexdwire.DoorbellSize)
-	if err != nil {
-		vctx.Close()
-		return nil, fmt.Errorf("hello: %w", err)
-	}
 	cctx, cancel := context.WithCancel(ctx)
-	c := &client{d: d, conn: conn, pid: peerPID(conn), device: req.Device, ctx: vctx, db: db, cancel: cancel,
-		done: make(chan struct{}), serveDone: make(chan struct{}), pds: map[uint32]*verbs.PD{}, segs: map[uint32]*segment{},
+	c := &client{d: d, conn: conn, pid: peerPID(conn), device: req.Device, ctx: vctx, eng: d.engineFor(), cancel: cancel,
+		serveDone: make(chan struct{}), pds: map[uint32]*verbs.PD{}, segs: map[uint32]*segment{},
 		mrs: map[uint32]*mrEntry{}, cqs: map[uint32]*cqEntry{}, qps: map[uint32]*qpEntry{}}
 	c.command = commandOf(c.pid)
 	c.set.Store(&engineSet{})
 	if err := d.add(c); err != nil {
 		cancel()
-		db.Close()
 		vctx.Close()
 		return nil, err
 	}
 	attr := vctx.QueryDevice()
 	pa, _ := vctx.QueryPort(1)
 	resp := &ibexdwire.Response{ID: req.ID, DaemonPID: os.Getpid(), Attr: &attr, Ports: []verbs.PortAttr{pa}}
-	if err := ibexdwire.Send(conn, resp, db.FD); err != nil {
+	if err := ibexdwire.Send(conn, resp, c.eng.db.FD); err != nil {
 		c.detachAs(err, false)
 		return nil, err
 	}
-	go c.engine(cctx)
+	c.eng.add(c)
 	go c.events(cctx)
 	return c, nil
 }
@@ -284,7 +278,7 @@ func (c *client) detachAs(why error, hostile bool) {
 		}
 	}
 	c.cancel()
-	<-c.done
+	c.eng.remove(c)
 	c.conn.Close()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -318,7 +312,6 @@ func (c *client) teardown() {
 		s.seg.Close()
 		delete(c.segs, n)
 	}
-	c.db.Close()
 	_ = c.ctx.Close()
 	c.d.remove(c)
 }

@@ -45,6 +45,7 @@ type Daemon struct {
 	ln      *net.UnixListener
 	started time.Time
 	devs    map[string]*verbs.Context // one context per device keeps it open
+	engines []*engine
 
 	mu       sync.Mutex
 	clients  map[*client]struct{}
@@ -83,8 +84,13 @@ func New(cfg Config) (*Daemon, error) {
 		}
 		d.devs[dc.Name] = c
 	}
+	if err := d.startEngines(); err != nil {
+		d.closeDevices()
+		return nil, err
+	}
 	ln, err := listen(cfg.Socket)
 	if err != nil {
+		d.stopEngines()
 		d.closeDevices()
 		return nil, err
 	}
@@ -173,6 +179,7 @@ func (d *Daemon) shutdown() {
 		c.detachAs(errors.New("ibexd is shutting down"), false)
 	}
 	d.wg.Wait()
+	d.stopEngines()
 	d.closeDevices()
 	_ = os.Remove(d.cfg.Socket)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -434,63 +432,13 @@ func (e *cqEntry) takeAll(byQPN map[uint32]*qpEntry) {
 // the daemon serves may be waiting for this core).
 func yield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
-// engine runs the process's data path until ctx ends or the process
-// breaks the ring protocol (it is then detached).
-func (c *client) engine(ctx context.Context) {
-	defer close(c.done)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	spin := time.Duration(c.d.cfg.Poll.Spin)
-	maxSleep := time.Duration(c.d.cfg.Poll.MaxSleep)
-	sleeping := ibexdwire.Sleeping(c.db.Mem)
-	var idleSince time.Time
-	sleep := 20 * time.Microsecond
-	for i := 0; ; i++ {
-		if ctx.Err() != nil {
-			return
-		}
-		n, err := c.pass()
-		if err != nil {
-			go c.detach(err)
-			<-ctx.Done()
-			return
-		}
-		if n > 0 {
-			idleSince = time.Time{}
-			sleep = 20 * time.Microsecond
-			continue
-		}
-		now := time.Now()
-		if idleSince.IsZero() {
-			idleSince = now
-		}
-		// While requests are in flight a response is due soon: keep
-		// polling (it also drives the device), but let other
-		// processes have the CPU between looks (sched_yield).
-		if c.inflight.Load() > 0 || now.Sub(idleSince) < spin {
-			if i%16 == 0 {
-				yield()
-			}
-			continue
-		}
-		// Sleep: say so, look once more (a doorbell rung before the
-		// flag was visible is seen here), then wait for a doorbell,
-		// a completion's watcher or the timeout.
-		sleeping.Store(1)
-		if n, err = c.pass(); n > 0 || err != nil {
-			sleeping.Store(0)
-			continue
-		}
-		shmem.FutexWait(sleeping, 1, sleep)
-		sleeping.Store(0)
-		sleep = min(2*sleep, maxSleep)
-	}
-}
-
 // pass is one pass over every ring and CQ of the process.
 func (c *client) pass() (int, error) {
 	c.engMu.Lock()
 	defer c.engMu.Unlock()
+	if c.off {
+		return 0, nil // left its engine, or broke the protocol
+	}
 	s := c.set.Load()
 	total := 0
 	quiet := c.quiesce.Load()

@@ -54,6 +54,7 @@ const quiesceTimeout = 2 * time.Second
 // which follow it (FD fields are indices into them).
 type handoverState struct {
 	Listener int
+	Engines  []int // each engine's doorbell page
 	Devices  []DeviceConfig
 	Clients  []handoverClient
 	Started  time.Time
@@ -63,7 +64,7 @@ type handoverState struct {
 type handoverClient struct {
 	PID             int
 	Command, Device string
-	Conn, Doorbell  int
+	Conn, Engine    int
 	NextID          uint32
 	MemBytes        uint64
 	Posted, Comps   uint64
@@ -162,7 +163,7 @@ func (d *Daemon) handOver(conn *net.UnixConn) error {
 		_ = c.conn.SetReadDeadline(time.Now())
 		<-c.serveDone
 		c.cancel()
-		<-c.done
+		c.eng.remove(c)
 		c.mu.Lock()
 		for _, e := range c.cqs {
 			e.stop()
@@ -192,6 +193,11 @@ func (d *Daemon) handOver(conn *net.UnixConn) error {
 	}
 	defer lf.Close()
 	hs := handoverState{Listener: fd(int(lf.Fd())), Devices: d.cfg.Devices, Started: d.started, Detached: d.detached.Load()}
+	engineIndex := map[*engine]int{}
+	for i, e := range d.engines {
+		hs.Engines = append(hs.Engines, fd(e.db.FD))
+		engineIndex[e] = i
+	}
 	for _, c := range cs {
 		// Completions go to the rings as far as the process drains
 		// them; the rest travel with the state.
@@ -204,7 +210,7 @@ func (d *Daemon) handOver(conn *net.UnixConn) error {
 		for _, e := range set.cqs {
 			e.takeAll(set.byQPN)
 		}
-		hc := handoverClient{PID: c.pid, Command: c.command, Device: c.device, Conn: fd(int(conns[c].Fd())), Doorbell: fd(c.db.FD),
+		hc := handoverClient{PID: c.pid, Command: c.command, Device: c.device, Conn: fd(int(conns[c].Fd())), Engine: engineIndex[c.eng],
 			NextID: c.nextID, MemBytes: c.memBytes, Posted: c.posted.Load(), Comps: c.completed.Load()}
 		for id := range c.pds {
 			hc.PDs = append(hc.PDs, id)
@@ -434,6 +440,23 @@ func restore(cfg Config, hs *handoverState, fds []int) (_ *Daemon, err error) {
 	}
 	ul.SetUnlinkOnClose(false) // Serve's shutdown removes the path itself
 	d.ln = ul
+	// The engines keep their doorbell pages: the processes ring them.
+	for i, f := range hs.Engines {
+		dbfd, err := take(f)
+		if err != nil {
+			d.stopEngines()
+			return nil, err
+		}
+		db, err := shmem.Map(dbfd)
+		if err != nil {
+			d.stopEngines()
+			return nil, fmt.Errorf("engine %d doorbell: %w", i, err)
+		}
+		d.engines = append(d.engines, newEngine(d, i, d.coreOf(i), db))
+	}
+	if len(d.engines) == 0 {
+		return nil, errors.New("the running daemon handed over no engine")
+	}
 	for i, dc := range d.cfg.Devices {
 		if err := udp.SetDevice(dc.Name, dc.AddrPort(), dc.XDP); err != nil {
 			return nil, fmt.Errorf("devices[%d]: %w", i, err)
@@ -471,25 +494,18 @@ func (d *Daemon) restoreClient(hc *handoverClient, take func(int) (int, error)) 
 		fc.Close()
 		return nil, errors.New("connection: not a unix socket")
 	}
-	dbfd, err := take(hc.Doorbell)
-	if err != nil {
+	if hc.Engine < 0 || hc.Engine >= len(d.engines) {
 		conn.Close()
-		return nil, err
-	}
-	db, err := shmem.Map(dbfd)
-	if err != nil {
-		conn.Close()
-		return nil, err
+		return nil, fmt.Errorf("engine %d of %d", hc.Engine, len(d.engines))
 	}
 	vctx, err := verbs.Open("udp/" + hc.Device)
 	if err != nil {
 		conn.Close()
-		db.Close()
 		return nil, err
 	}
 	cctx, cancel := context.WithCancel(context.Background())
-	c := &client{d: d, conn: conn, pid: hc.PID, command: hc.Command, device: hc.Device, ctx: vctx, db: db, cancel: cancel,
-		done: make(chan struct{}), serveDone: make(chan struct{}), pds: map[uint32]*verbs.PD{}, segs: map[uint32]*segment{},
+	c := &client{d: d, conn: conn, pid: hc.PID, command: hc.Command, device: hc.Device, ctx: vctx, eng: d.engines[hc.Engine], cancel: cancel,
+		serveDone: make(chan struct{}), pds: map[uint32]*verbs.PD{}, segs: map[uint32]*segment{},
 		mrs: map[uint32]*mrEntry{}, cqs: map[uint32]*cqEntry{}, qps: map[uint32]*qpEntry{}, nextID: hc.NextID, memBytes: hc.MemBytes}
 	c.posted.Store(hc.Posted)
 	c.completed.Store(hc.Comps)
@@ -575,9 +591,9 @@ func (d *Daemon) restoreClient(hc *handoverClient, take func(int) (int, error)) 
 	for _, e := range c.cqs {
 		ctx, cancel := context.WithCancel(context.Background())
 		e.cancel, e.stopped = cancel, make(chan struct{})
-		go e.watch(ctx, c.db.Mem)
+		go e.watch(ctx, c.eng.db.Mem)
 	}
-	go c.engine(cctx)
+	c.eng.add(c)
 	go c.events(cctx)
 	d.wg.Add(1)
 	go func() {

@@ -226,7 +226,7 @@ func (c *client) createCQ(req *ibexdwire.Request) (*ibexdwire.Response, int, err
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.stopped = make(chan struct{})
-	go e.watch(ctx, c.db.Mem)
+	go e.watch(ctx, c.eng.db.Mem)
 	c.engMu.Lock()
 	c.cqs[id] = e
 	c.publishLocked()
