@@ -1,8 +1,16 @@
 package daemon_test
 
 import (
+	"context"
+	"path/filepath"
+	"runtime"
 	"testing"
 
+	"github.com/ibex-rdma/ibex/daemon"
+	"github.com/ibex-rdma/ibex/ib"
+	"github.com/ibex-rdma/ibex/internal/hwq"
+	"github.com/ibex-rdma/ibex/internal/ibexdwire"
+	"github.com/ibex-rdma/ibex/internal/shmem"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -57,5 +65,83 @@ func TestDataPathAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(200, round); n != 0 {
 		t.Errorf("%.1f allocations per WRITE + SEND/RECV round through the daemon, want 0", n)
+	}
+}
+
+// TestDaemonDataPathAllocs: the daemon's side of the data path (an engine
+// taking WQEs from a ring, posting them, moving the completions into the
+// CQ ring) allocates nothing. The daemon runs in this process here (the
+// other tests run `ibex daemon`), served to a raw client of the protocol
+// that writes WRITE WQEs into its ring and reads the CQEs itself, so
+// testing.AllocsPerRun counts both.
+func TestDaemonDataPathAllocs(t *testing.T) {
+	cfg := daemon.DefaultConfig()
+	cfg.Socket = filepath.Join(t.TempDir(), "d.sock")
+	cfg.Devices = []daemon.DeviceConfig{{Name: "udp0", Address: "127.0.0.52"}}
+	d, err := daemon.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+	r := dialRawAt(t, cfg.Socket)
+	q, pd, _ := r.qp(64)
+	seg, err := shmem.Create("allocs", 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	sr, _, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpAddSeg}, seg.FD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, _, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpRegMR, PD: pd, Seg: sr.Seg, Len: 8192, IOVA: 0x40000,
+		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.connectSelf(q)
+	w := hwq.SendWQE{Opcode: ib.WRRDMAWrite, RemoteAddr: 0x40000 + 4096, RKey: mr.RKey,
+		SGL: []hwq.SGE{{Addr: 0x40000, Length: 256, LKey: mr.LKey}}}
+	buf := make([]byte, hwq.CQESize)
+	var cqe hwq.CQE
+	round := func() {
+		w.WRID++
+		if _, err := q.sq.Reserve(1); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Encode(q.sq.Entry(0)); err != nil {
+			t.Fatal(err)
+		}
+		q.sq.Publish()
+		ibexdwire.Ring(r.db.Mem)
+		for {
+			n, err := r.cq.Available()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				break
+			}
+			runtime.Gosched() // the daemon's goroutines share this process
+		}
+		r.cq.CopyOut(0, buf)
+		r.cq.Release(1)
+		if err := cqe.Decode(buf); err != nil || cqe.WRID != w.WRID || cqe.Status != ib.WCStatus(verbs.WCSuccess) {
+			t.Fatalf("completion %+v (%v), want wr_id %d SUCCESS", cqe, err, w.WRID)
+		}
+	}
+	for range 100 {
+		round()
+	}
+	if n := testing.AllocsPerRun(300, round); n != 0 {
+		t.Errorf("%.2f allocations per WRITE through the daemon's engine, want 0", n)
 	}
 }

@@ -24,14 +24,18 @@ type raw struct {
 	t   *testing.T
 	c   *net.UnixConn
 	id  uint64
-	gid verbs.GID // the device's port GID, from hello
+	gid verbs.GID      // the device's port GID, from hello
+	db  *shmem.Segment // the engine's doorbell page, from hello
+	cq  *hwq.Consumer  // the last CQ made by qp
 	// events the daemon sent while raw waited for answers
 	events []ibexdwire.Event
 }
 
-func dialRaw(t *testing.T, d *testDaemon) *raw {
+func dialRaw(t *testing.T, d *testDaemon) *raw { return dialRawAt(t, d.sock) }
+
+func dialRawAt(t *testing.T, sock string) *raw {
 	t.Helper()
-	c, err := net.Dial("unixpacket", d.sock)
+	c, err := net.Dial("unixpacket", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,10 +45,13 @@ func dialRaw(t *testing.T, d *testDaemon) *raw {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ibexdwire.CloseFDs(fds)
-	if resp.Attr == nil || len(resp.Ports) == 0 {
-		t.Fatal("hello: no device or port attributes")
+	if resp.Attr == nil || len(resp.Ports) == 0 || len(fds) != 1 {
+		t.Fatal("hello: no device or port attributes, or no doorbell")
 	}
+	if r.db, err = shmem.Map(fds[0]); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.db.Close() })
 	r.gid = resp.Ports[0].GID
 	return r
 }
@@ -211,10 +218,21 @@ func (r *raw) qp(depth int) (*rawQP, uint32, uint32) {
 		r.t.Fatal(err)
 	}
 	cq, fds, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpCreateCQ, Depth: depth})
+	if err != nil || len(fds) != 1 {
+		r.t.Fatalf("create cq: %v (%d fds)", err, len(fds))
+	}
+	cqSeg, err := shmem.Map(fds[0])
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	ibexdwire.CloseFDs(fds)
+	r.t.Cleanup(func() { cqSeg.Close() })
+	cqRing, err := hwq.Attach(cqSeg.Mem)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if r.cq, err = cqRing.Consumer(hwq.WaitOptions{}); err != nil {
+		r.t.Fatal(err)
+	}
 	resp, fds, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpCreateQP, PD: pd.PD, SendCQ: cq.CQ, RecvCQ: cq.CQ,
 		Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: depth, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil || len(fds) != 1 {
@@ -273,24 +291,7 @@ func TestSGEOutsideMR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Connect the QP to itself so that it is in RTS.
-	attr := verbs.QPAttr{Port: 1, AccessFlags: verbs.AccessRemoteWrite, PathMTU: verbs.MTU1024, DestQPN: q.qpn,
-		AH:              verbs.AH{DGID: r.gid, PortNum: 1, HopLimit: 64},
-		MaxDestRdAtomic: 1, MinRNRTimer: 12, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxQPRdAtomic: 1}
-	for _, s := range []struct {
-		st   verbs.QPState
-		mask verbs.AttrMask
-	}{
-		{verbs.QPSInit, verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
-		{verbs.QPSRTR, verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
-		{verbs.QPSRTS, verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
-	} {
-		attr.State = s.st
-		a := attr
-		if _, _, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpModifyQP, QPN: q.qpn, Attr: &a, Mask: verbs.AttrState | s.mask}); err != nil {
-			t.Fatalf("modify to %v: %v", s.st, err)
-		}
-	}
+	r.connectSelf(q)
 	// 64 bytes starting at the last byte of the MR: 63 bytes past it, in
 	// memory the process mapped but did not register.
 	w := hwq.SendWQE{WRID: 1, Opcode: ib.WRRDMAWrite, RemoteAddr: 0x10000, RKey: mr.RKey,
@@ -307,4 +308,26 @@ func TestSGEOutsideMR(t *testing.T) {
 		t.Errorf("detach cause %q: want the SGE outside the MR named", cause)
 	}
 	stillServes(t, d)
+}
+
+// connectSelf moves q through INIT and RTR to RTS, connected to itself.
+func (r *raw) connectSelf(q *rawQP) {
+	r.t.Helper()
+	attr := verbs.QPAttr{Port: 1, AccessFlags: verbs.AccessRemoteWrite, PathMTU: verbs.MTU1024, DestQPN: q.qpn,
+		AH:              verbs.AH{DGID: r.gid, PortNum: 1, HopLimit: 64},
+		MaxDestRdAtomic: 1, MinRNRTimer: 12, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxQPRdAtomic: 1}
+	for _, s := range []struct {
+		st   verbs.QPState
+		mask verbs.AttrMask
+	}{
+		{verbs.QPSInit, verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPSRTR, verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+		{verbs.QPSRTS, verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
+	} {
+		attr.State = s.st
+		a := attr
+		if _, _, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpModifyQP, QPN: q.qpn, Attr: &a, Mask: verbs.AttrState | s.mask}); err != nil {
+			r.t.Fatalf("modify to %v: %v", s.st, err)
+		}
+	}
 }
