@@ -16,11 +16,11 @@
 // the daemon allocates, so what a process hands its peers is what goes on
 // the wire.
 //
-// One engine goroutine per attached process moves its work requests from
-// its rings into the daemon's QPs and its completions back, busy-polling
-// while there is work and sleeping in a futex (woken by the process's
-// doorbell or by a completion) when there is none. Every thread of the
-// daemon runs on Config.Cores.
+// One engine per configured core moves the work requests of the
+// processes assigned to it from their rings into the daemon's QPs and
+// their completions back, busy-polling while there is work and sleeping
+// in a futex (woken by a process's doorbell or by a completion) when there
+// is none. Every thread of the daemon runs on Config.Cores.
 package daemon
 
 import (
