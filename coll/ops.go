@@ -340,6 +340,14 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 	// (fromInput).
 	mode := c.programMode[key]
 	direct := work >= directMin && (kind == algo.AllReduce || kind == algo.AllGather || kind == algo.Broadcast)
+	for _, d := range c.devs {
+		// A device whose transport maps only memory allocated for it
+		// (ibexd) cannot register the caller's buffer: copy through
+		// the working buffer.
+		if d.caps.Has(verbs.CapAllocatedMemory) {
+			direct = false
+		}
+	}
 	fromInput := direct && kind == algo.AllReduce && mode != modeNormal && disjoint(sendbuf[:in], recvbuf[:work])
 	var w, src *workBuf
 	switch {

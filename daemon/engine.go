@@ -31,7 +31,7 @@ type cqEntry struct {
 	prod    *hwq.Producer
 	wcs     []verbs.WC
 	cqe     hwq.CQE
-	drained chan struct{} // the engine found the CQ empty: watch may wait again
+	arm     chan struct{} // the engine is going to sleep: watch waits on the CQ
 	backlog []hwq.CQE     // completions to move before the CQ's (an upgrade)
 	cancel  context.CancelFunc
 	stopped chan struct{}
@@ -39,21 +39,25 @@ type cqEntry struct {
 
 // watch wakes a sleeping engine when the daemon CQ gets a completion (a
 // response from the network, an incoming SEND): the engine sleeps on the
-// doorbell word, which only the process and this goroutine ring.
+// doorbell word, which only its processes and these goroutines ring. A
+// watcher waits on its CQ only while the engine sleeps (it is armed just
+// before): CQ.Wait hands the device to its own progress goroutine, which
+// is right for a sleeping engine and slow for a polling one (every
+// message then paid a hand-over back to the engine).
 func (e *cqEntry) watch(ctx context.Context, db []byte) {
 	defer close(e.stopped)
 	for {
+		select {
+		case <-e.arm:
+		case <-ctx.Done():
+			return
+		}
 		if err := e.cq.Wait(ctx); err != nil {
 			// ctx ended, or the CQ overflowed and nothing more will
 			// come on it.
 			return
 		}
 		ibexdwire.Ring(db)
-		select {
-		case <-e.drained:
-		case <-ctx.Done():
-			return
-		}
 	}
 }
 
@@ -386,12 +390,6 @@ func (e *cqEntry) pump(byQPN map[uint32]*qpEntry) (n, sends int, _ error) {
 			ByteLen: wc.ByteLen, QPNum: wc.QPNum, SrcQP: wc.SrcQP, Imm: wc.Imm}
 		if err := e.cqe.Encode(e.prod.Entry(i)); err != nil {
 			return 0, 0, err
-		}
-	}
-	if n < room {
-		select {
-		case e.drained <- struct{}{}:
-		default:
 		}
 	}
 	// Publish only what was written; the reservation of the rest is

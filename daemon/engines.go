@@ -156,8 +156,10 @@ func (e *engine) run() {
 			}
 			continue
 		}
-		// Sleep: say so, look once more (a doorbell rung before the
-		// flag was visible is seen here), then wait.
+		// Sleep: arm the CQ watchers, say so, look once more (a
+		// doorbell rung before the flag was visible is seen here),
+		// then wait.
+		e.arm()
 		sleeping.Store(1)
 		if n, _ = e.pass(); n > 0 {
 			sleeping.Store(0)
@@ -166,6 +168,18 @@ func (e *engine) run() {
 		shmem.FutexWait(sleeping, 1, sleep)
 		sleeping.Store(0)
 		sleep = min(2*sleep, maxSleep)
+	}
+}
+
+// arm lets the watchers of the engine's CQs wait on them.
+func (e *engine) arm() {
+	for _, c := range *e.clients.Load() {
+		for _, q := range c.set.Load().cqs {
+			select {
+			case q.arm <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 

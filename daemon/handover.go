@@ -575,7 +575,7 @@ func (d *Daemon) restoreClient(hc *handoverClient, take func(int) (int, error)) 
 			seg.Close()
 			return fail(err)
 		}
-		e := &cqEntry{id: q.ID, depth: q.Depth, cq: cq, seg: seg, prod: prod, wcs: make([]verbs.WC, 64), drained: make(chan struct{}, 1), backlog: q.Backlog}
+		e := &cqEntry{id: q.ID, depth: q.Depth, cq: cq, seg: seg, prod: prod, wcs: make([]verbs.WC, 64), arm: make(chan struct{}, 1), backlog: q.Backlog}
 		c.cqs[q.ID] = e
 	}
 	for _, hq := range hc.QPs {

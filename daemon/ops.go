@@ -222,7 +222,7 @@ func (c *client) createCQ(req *ibexdwire.Request) (*ibexdwire.Response, int, err
 		return nil, -1, err
 	}
 	id := c.id()
-	e := &cqEntry{id: id, depth: req.Depth, cq: cq, seg: seg, prod: prod, wcs: make([]verbs.WC, 64), drained: make(chan struct{}, 1)}
+	e := &cqEntry{id: id, depth: req.Depth, cq: cq, seg: seg, prod: prod, wcs: make([]verbs.WC, 64), arm: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.stopped = make(chan struct{})

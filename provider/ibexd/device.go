@@ -83,7 +83,9 @@ func (d *device) hello() error {
 	}
 	d.db, d.attr, d.port, d.daemonPID = db, *r.Attr, r.Ports[0], r.DaemonPID
 	d.attr.BoardID = "IBEX_IBEXD"
-	d.attr.Caps |= verbs.CapAllocatedMemory
+	// The transport runs in the daemon's threads: a process spinning
+	// on a CQ or on memory should yield its thread now and then.
+	d.attr.Caps |= verbs.CapAllocatedMemory | verbs.CapProgressThread
 	go d.reader()
 	return nil
 }
