@@ -53,7 +53,7 @@ type Limits struct {
 // but answers in nanoseconds, sleeping frees the CPU but adds the sleep
 // to the latency of the first packet after it.
 type Poll struct {
-	Spin     Duration `yaml:"spin"`      // busy-poll this long with no work before sleeping; default 50us
+	Spin     Duration `yaml:"spin"`      // busy-poll this long with no work before sleeping; default 1ms
 	MaxSleep Duration `yaml:"max_sleep"` // longest sleep of an idle engine; default 1ms
 }
 
@@ -94,7 +94,7 @@ const (
 	defaultMaxCQs     = 4096
 	defaultMaxMRs     = 65536
 	defaultMaxMemory  = "64G"
-	defaultSpin       = Duration(50 * time.Microsecond)
+	defaultSpin       = Duration(1 * time.Millisecond)
 	defaultMaxSleep   = Duration(time.Millisecond)
 )
 

@@ -20,7 +20,7 @@ var defaults = Config{
 	Socket:  DefaultSocket,
 	Devices: []DeviceConfig{{Name: "udp0", Address: "127.0.0.1", XDP: "auto"}},
 	Limits:  Limits{MaxClients: 1024, MaxQPs: 4096, MaxCQs: 4096, MaxMRs: 65536, MaxMemory: "64G"},
-	Poll:    Poll{Spin: Duration(50 * time.Microsecond), MaxSleep: Duration(time.Millisecond)},
+	Poll:    Poll{Spin: Duration(time.Millisecond), MaxSleep: Duration(time.Millisecond)},
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -284,7 +284,7 @@ func TestConfigErrors(t *testing.T) {
 			[]string{"limits: ", "a list: want a mapping", "(line 1)"}},
 
 		{"negative spin", "poll:\n  spin: -5us\n",
-			[]string{"poll.spin: ", "-5µs must not be negative (0 or absent means the default, 50µs)", "(line 2)"}},
+			[]string{"poll.spin: ", "-5µs must not be negative (0 or absent means the default, 1ms)", "(line 2)"}},
 		{"negative max_sleep", "poll:\n  max_sleep: -1ms\n",
 			[]string{"poll.max_sleep: ", "-1ms must not be negative (0 or absent means the default, 1ms)", "(line 2)"}},
 		// A bare number has no unit to read it in.
@@ -338,7 +338,7 @@ func TestValidateInCode(t *testing.T) {
 		t.Errorf("error of a Config made in Go gives a line: %v", err)
 	}
 	// The fields that are right got their defaults all the same.
-	if c.Socket != DefaultSocket || c.Devices[0].XDP != "auto" || c.Limits.MaxQPs != 4096 || c.Poll.Spin != Duration(50*time.Microsecond) {
+	if c.Socket != DefaultSocket || c.Devices[0].XDP != "auto" || c.Limits.MaxQPs != 4096 || c.Poll.Spin != Duration(time.Millisecond) {
 		t.Errorf("defaults not filled: %+v", c)
 	}
 }

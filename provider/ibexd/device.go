@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -41,8 +42,13 @@ type device struct {
 	cqs      map[*verbs.CQ]*cqRing
 	mrs      map[*verbs.MR]uint32
 	allocs   []alloc
-	ringList []*cqRing     // the values of cqs, for Progress
-	done     chan struct{} // closed when reader ends
+	ringList []*cqRing // the values of cqs (under mu), published in rings for Progress
+
+	rings     atomic.Pointer[[]*cqRing]            // ringList, read without a lock
+	qpTable   atomic.Pointer[map[uint32]*qpDriver] // qps, read without a lock by completion delivery
+	lastPoll  atomic.Int64                         // when a poller last called Progress (ns since start; 0: it went to sleep)
+	wakeRings chan struct{}                        // Idle: the ring goroutines go back to futex sleeps
+	done      chan struct{}                        // closed when reader ends
 }
 
 // alloc is a piece of memory from AllocMem: a memfd the daemon maps.
@@ -233,18 +239,52 @@ func (d *device) DeregMR(mr driver.MR) {
 }
 
 func (d *device) qp(n uint32) *qpDriver {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.qps[n]
+	if t := d.qpTable.Load(); t != nil {
+		return (*t)[n]
+	}
+	return nil
+}
+
+// publishQPs republishes the QP table (d.mu held).
+func (d *device) publishQPs() {
+	t := make(map[uint32]*qpDriver, len(d.qps))
+	for n, q := range d.qps {
+		t[n] = q
+	}
+	d.qpTable.Store(&t)
+}
+
+// publishRings republishes the ring list (d.mu held).
+func (d *device) publishRings() {
+	list := append([]*cqRing(nil), d.ringList...)
+	d.rings.Store(&list)
 }
 
 // Progress drains the completion rings in the caller's goroutine (an
-// application that spins on CQ.Poll).
+// application that spins on CQ.Poll or on memory). While it does, the
+// rings' goroutines nap instead of sleeping on the rings' futex words,
+// so the daemon makes no wake-up system call per completion.
 func (d *device) Progress() {
-	d.mu.Lock()
-	rings := d.ringList
-	d.mu.Unlock()
-	for _, r := range rings {
-		r.drain()
+	d.lastPoll.Store(nowNs())
+	if p := d.rings.Load(); p != nil {
+		for _, r := range *p {
+			r.drain()
+		}
 	}
 }
+
+// Idle: a poller goes to sleep on a CQ (verbs.CQ.Wait): the ring
+// goroutines take over delivery at once.
+func (d *device) Idle() {
+	if d.lastPoll.Load() != 0 {
+		d.lastPoll.Store(0)
+		select {
+		case d.wakeRings <- struct{}{}:
+		default:
+		}
+	}
+}
+
+var start = time.Now()
+
+func nowNs() int64 { return int64(time.Since(start)) + 1 }

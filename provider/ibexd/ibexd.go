@@ -132,7 +132,7 @@ func (p *provider) Open(name string, c driver.Context) (driver.Device, error) {
 	}
 	d := &device{name: name, ctx: c, conn: conn.(*net.UnixConn), path: path,
 		pending: map[uint64]chan reply{}, qps: map[uint32]*qpDriver{}, pds: map[*verbs.PD]uint32{},
-		cqs: map[*verbs.CQ]*cqRing{}, mrs: map[*verbs.MR]uint32{}, done: make(chan struct{})}
+		cqs: map[*verbs.CQ]*cqRing{}, mrs: map[*verbs.MR]uint32{}, done: make(chan struct{}), wakeRings: make(chan struct{}, 1)}
 	if err := d.hello(); err != nil {
 		conn.Close()
 		return nil, err

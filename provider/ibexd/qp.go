@@ -15,6 +15,13 @@ import (
 	"github.com/ibex-rdma/ibex/verbs/driver"
 )
 
+// While a poller called Progress within pollGrace, a ring's goroutine
+// naps pollNap between looks instead of sleeping on the ring.
+const (
+	pollGrace = int64(2 * time.Millisecond)
+	pollNap   = 500 * time.Microsecond
+)
+
 // ringSleep bounds one sleep of a completion ring's goroutine; the
 // daemon's publish wakes it sooner.
 const ringSleep = 10 * time.Millisecond
@@ -34,6 +41,7 @@ type cqRing struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
+	nap    *time.Timer // run's nap while a poller delivers (made once)
 }
 
 // cqRingFor returns the daemon twin of cq, creating it on first use by a
@@ -66,6 +74,7 @@ func (d *device) cqRingFor(cq *verbs.CQ) (*cqRing, error) {
 	r.nqp = 1
 	d.cqs[cq] = r
 	d.ringList = append(d.ringList[:len(d.ringList):len(d.ringList)], r)
+	d.publishRings()
 	d.mu.Unlock()
 	go r.run()
 	return r, nil
@@ -93,7 +102,8 @@ func (d *device) attachCQ(id uint32, cq *verbs.CQ, fds []int) (*cqRing, error) {
 		return nil, fmt.Errorf("ibexd: create cq: ring: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &cqRing{d: d, id: id, cq: cq, seg: seg, cons: cons, buf: make([]byte, hwq.CQESize), cancel: cancel, done: make(chan struct{})}
+	r := &cqRing{d: d, id: id, cq: cq, seg: seg, cons: cons, buf: make([]byte, hwq.CQESize), cancel: cancel, done: make(chan struct{}), nap: time.NewTimer(time.Hour)}
+	r.nap.Stop()
 	r.ctx = ctx
 	return r, nil
 }
@@ -111,6 +121,18 @@ func (r *cqRing) run() {
 			return
 		}
 		if n == 0 {
+			if last := r.d.lastPoll.Load(); last != 0 && nowNs()-last < pollGrace {
+				// A poller delivers: nap, without a futex word the
+				// daemon would have to wake.
+				r.nap.Reset(pollNap)
+				select {
+				case <-r.nap.C:
+				case <-r.d.wakeRings:
+				case <-r.ctx.Done():
+				}
+				r.nap.Stop()
+				continue
+			}
 			r.cons.Ring().SleepUnless(idx, ringSleep)
 		}
 	}
@@ -208,6 +230,7 @@ func (d *device) releaseCQ(r *cqRing) {
 			}
 		}
 		d.ringList = list
+		d.publishRings()
 	}
 	d.mu.Unlock()
 	if last {
@@ -266,6 +289,7 @@ func (d *device) NewQP(h driver.QP) (driver.QPDriver, error) {
 	}
 	d.mu.Lock()
 	d.qps[q.num] = q
+	d.publishQPs()
 	d.mu.Unlock()
 	return q, nil
 }
@@ -392,6 +416,7 @@ func (q *qpDriver) TransportStats() verbs.QPStats {
 func (q *qpDriver) Destroy() {
 	q.d.mu.Lock()
 	delete(q.d.qps, q.num)
+	q.d.publishQPs()
 	q.d.mu.Unlock()
 	_, _, _ = q.d.rpc(&ibexdwire.Request{Op: ibexdwire.OpDestroyQP, QPN: q.num})
 	q.d.releaseCQ(q.sendCQ)
