@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/verbs"
@@ -76,13 +75,7 @@ func Freeze(name string) (map[uint32]rc.State, error) {
 	if d == nil {
 		return nil, fmt.Errorf("udp: freeze %s: not open", name)
 	}
-	d.stop.Store(true)
-	_ = d.conn.SetReadDeadline(time.Now())
-	select {
-	case d.kick <- struct{}{}:
-	default:
-	}
-	<-d.done
+	d.haltLoop()
 	d.own.Lock() // kept: nobody runs a pass again
 	d.commands()
 	out := map[uint32]rc.State{}

@@ -115,6 +115,13 @@ func (d *device) dropContext() (last bool) {
 }
 
 func (d *device) stopLoop() {
+	d.haltLoop()
+	_ = d.conn.Close()
+}
+
+// haltLoop stops the progress goroutine, and every poller and poster from
+// running a pass, and waits for the goroutine to end.
+func (d *device) haltLoop() {
 	d.stop.Store(true)
 	_ = d.conn.SetReadDeadline(time.Now())
 	select {
@@ -122,7 +129,6 @@ func (d *device) stopLoop() {
 	default:
 	}
 	<-d.done
-	_ = d.conn.Close()
 }
 
 func (d *device) now() int64 { return int64(time.Since(d.start)) }
