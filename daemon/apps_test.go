@@ -169,7 +169,29 @@ type peerProc struct {
 
 func startPeer(t *testing.T) *peerProc {
 	t.Helper()
-	p := &peerProc{cmd: exec.Command(os.Args[0], "-test.run=^$"), exit: make(chan error, 1)}
+	p := launchPeer(t)
+	p.ready(t)
+	return p
+}
+
+// startPeers starts n peers at once (their start-up, long under -race,
+// overlaps) and waits until each has printed its info.
+func startPeers(t *testing.T, n int) []*peerProc {
+	t.Helper()
+	ps := make([]*peerProc, n)
+	for i := range ps {
+		ps[i] = launchPeer(t)
+	}
+	for _, p := range ps {
+		p.ready(t)
+	}
+	return ps
+}
+
+// launchPeer starts a peer child without waiting for it.
+func launchPeer(t *testing.T) *peerProc {
+	t.Helper()
+	p := &peerProc{cmd: exec.Command(childBin, "-test.run=^$"), exit: make(chan error, 1)}
 	p.cmd.Env = append(os.Environ(), appEnv+"=peer")
 	p.cmd.Stderr = os.Stderr
 	p.stdin, _ = p.cmd.StdinPipe()
@@ -188,12 +210,16 @@ func startPeer(t *testing.T) *peerProc {
 			t.Errorf("peer %d did not exit; killed", p.cmd.Process.Pid)
 		}
 	})
-	line := p.line(t)
+	return p
+}
+
+// ready reads the peer's info line.
+func (p *peerProc) ready(t *testing.T) {
+	t.Helper()
 	var err error
-	if p.info, err = parseInfo(line); err != nil {
+	if p.info, err = parseInfo(p.line(t)); err != nil {
 		t.Fatal(err)
 	}
-	return p
 }
 
 // line reads the child's next line, with a deadline.

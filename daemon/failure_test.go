@@ -29,11 +29,10 @@ func TestManyProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peers := make([]*peerProc, n)
+	peers := startPeers(t, n)
 	ends := make([]*end, n)
 	qpns := map[uint32]bool{}
 	for i := range n {
-		peers[i] = startPeer(t)
 		cq, _ := ctx.CreateCQ(16)
 		qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq})
 		if err != nil {

@@ -43,7 +43,7 @@ func TestConformanceTwoNamespaces(t *testing.T) {
 	}
 	dA := startDaemonIn(t, nsA, ipA)
 	startDaemonIn(t, nsB, ipB) // the suite's child attaches to this one
-	dial := verbstest.StartChild(t, suiteEnv)
+	dial := verbstest.StartChildBinary(t, suiteEnv, childBin)
 	t.Setenv("IBEX_DAEMON_SOCKET", dA.sock)
 	verbstest.Run(t, verbstest.Config{
 		Remote: func(t testing.TB) (*verbs.Context, io.ReadWriteCloser) {

@@ -34,6 +34,14 @@ const childExitWait = 20 * time.Second
 // with an error fails t. The child also stops when this process dies.
 func StartChild(t testing.TB, env string) (dial func() (net.Conn, error)) {
 	t.Helper()
+	return StartChildBinary(t, env, os.Args[0])
+}
+
+// StartChildBinary is StartChild with the child run from bin: a build of
+// the same test package (without the race detector, say), whose TestMain
+// calls ChildMain(env, ...) too.
+func StartChildBinary(t testing.TB, env, bin string) (dial func() (net.Conn, error)) {
+	t.Helper()
 	// A short directory of our own: a unix socket path must fit in 108
 	// bytes, which t.TempDir's need not.
 	dir, err := os.MkdirTemp("", "verbstest")
@@ -54,7 +62,7 @@ func StartChild(t testing.TB, env string) (dial func() (net.Conn, error)) {
 	}
 	// -test.run=^$: a TestMain that forgets ChildMain runs no tests in the
 	// child (and starts no grandchildren); the parent's dial then fails.
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(os.Environ(), env+"="+path)
 	cmd.ExtraFiles = []*os.File{lf} // becomes childListenerFD
 	cmd.Stderr = os.Stderr
