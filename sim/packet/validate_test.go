@@ -174,6 +174,13 @@ func TestBusBWBand(t *testing.T) {
 		{"NDR 4 nodes", ndr, s32, 46, 48},
 		{"HDR 2 nodes", hdr, s16, 192.0 / 8 * 0.98, 192.0 / 8 * 1.02},
 	} {
+		if raceEnabled && c.name != "NDR 2 nodes" {
+			// The simulator runs in one goroutine: the race detector
+			// has nothing to check here, and each 1 GiB case took 11 s
+			// under it. .ci/run runs every case again without it.
+			t.Logf("%s: left to the run without the race detector", c.name)
+			continue
+		}
 		res, err := Run(Config{Graph: c.g, Schedule: c.s, Bytes: 1 << 30})
 		if err != nil {
 			t.Fatal(err)
