@@ -10,7 +10,6 @@ import (
 	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/internal/hwq"
 	"github.com/ibex-rdma/ibex/internal/ibexdwire"
-	"github.com/ibex-rdma/ibex/internal/shmem"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -93,20 +92,7 @@ func TestDaemonDataPathAllocs(t *testing.T) {
 	}()
 	r := dialRawAt(t, cfg.Socket)
 	q, pd, _ := r.qp(64)
-	seg, err := shmem.Create("allocs", 8192)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
-	sr, _, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpAddSeg}, seg.FD)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, _, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpRegMR, PD: pd, Seg: sr.Seg, Len: 8192, IOVA: 0x40000,
-		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mr := r.segMR(pd, 8192, 8192, 0x40000, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	r.connectSelf(q)
 	w := hwq.SendWQE{Opcode: ib.WRRDMAWrite, RemoteAddr: 0x40000 + 4096, RKey: mr.RKey,
 		SGL: []hwq.SGE{{Addr: 0x40000, Length: 256, LKey: mr.LKey}}}

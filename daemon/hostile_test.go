@@ -277,20 +277,8 @@ func TestSGEOutsideMR(t *testing.T) {
 	d := startDaemon(t, "127.0.0.47")
 	r := dialRaw(t, d)
 	q, pd, _ := r.qp(16)
-	seg, err := shmem.Create("sge", 8192)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
-	sr, _, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpAddSeg}, seg.FD)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Register the first page only, at address 0x10000.
-	mr, _, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpRegMR, PD: pd, Seg: sr.Seg, Len: 4096, IOVA: 0x10000, Access: verbs.AccessLocalWrite})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Of an 8 KiB segment, register the first page only, at 0x10000.
+	mr := r.segMR(pd, 8192, 4096, 0x10000, verbs.AccessLocalWrite)
 	r.connectSelf(q)
 	// 64 bytes starting at the last byte of the MR: 63 bytes past it, in
 	// memory the process mapped but did not register.
@@ -330,4 +318,24 @@ func (r *raw) connectSelf(q *rawQP) {
 			r.t.Fatalf("modify to %v: %v", s.st, err)
 		}
 	}
+}
+
+// segMR hands the daemon a fresh memfd of size bytes and registers its
+// first n bytes in pd at iova; the answer holds the keys.
+func (r *raw) segMR(pd uint32, size int64, n, iova uint64, access verbs.Access) *ibexdwire.Response {
+	r.t.Helper()
+	seg, err := shmem.Create("raw", size)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { seg.Close() })
+	sr, _, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpAddSeg}, seg.FD)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	mr, _, err := r.do(&ibexdwire.Request{Op: ibexdwire.OpRegMR, PD: pd, Seg: sr.Seg, Len: n, IOVA: iova, Access: access})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return mr
 }

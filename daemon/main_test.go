@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,7 +176,13 @@ func (d *testDaemon) kill() {
 // daemon in a third.
 func TestConformance(t *testing.T) {
 	startDaemon(t, "127.0.0.41")
-	dial := verbstest.StartChildBinary(t, suiteEnv, childBin)
+	runSuite(t, verbstest.StartChildBinary(t, suiteEnv, childBin))
+}
+
+// runSuite runs the conformance suite with end a attached here (to the
+// daemon IBEX_DAEMON_SOCKET names) and end b served by the child dial
+// reaches.
+func runSuite(t *testing.T, dial func() (net.Conn, error)) {
 	verbstest.Run(t, verbstest.Config{
 		Remote: func(t testing.TB) (*verbs.Context, io.ReadWriteCloser) {
 			a, err := verbs.Open("ibexd/udp0")

@@ -2,13 +2,11 @@ package daemon_test
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
-	"github.com/ibex-rdma/ibex/verbs"
 	"github.com/ibex-rdma/ibex/verbs/verbstest"
 )
 
@@ -45,19 +43,7 @@ func TestConformanceTwoNamespaces(t *testing.T) {
 	startDaemonIn(t, nsB, ipB) // the suite's child attaches to this one
 	dial := verbstest.StartChildBinary(t, suiteEnv, childBin)
 	t.Setenv("IBEX_DAEMON_SOCKET", dA.sock)
-	verbstest.Run(t, verbstest.Config{
-		Remote: func(t testing.TB) (*verbs.Context, io.ReadWriteCloser) {
-			a, err := verbs.Open("ibexd/udp0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			conn, err := dial()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return a, conn
-		},
-	})
+	runSuite(t, dial)
 }
 
 func nsRun(t *testing.T, args ...string) {
