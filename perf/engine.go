@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -642,9 +641,6 @@ func (s *session) pingPong(size int) (Result, error) {
 			}
 		}
 	}
-	if isWrite && first && s.ev != nil {
-		s.linger()
-	}
 	samples := make([]int64, 0, len(posts))
 	for i := 1; i < len(posts); i++ {
 		samples = append(samples, (posts[i]-posts[i-1])/2)
@@ -655,26 +651,6 @@ func (s *session) pingPong(size int) (Result, error) {
 }
 
 var errStopped = fmt.Errorf("perf: the peer ended the test")
-
-// lingerNs is how long write_lat's last receiver drives its device after
-// the peer's last WRITE (linger).
-const lingerNs = int64(time.Millisecond)
-
-// linger drives the device for a moment before write_lat's end that
-// received the last message goes on to close its QP (ib_write_lat just
-// exits). With -e the device's own goroutine took the device over in
-// CQ.Wait (verbs' Idle hand-off), and may have placed the peer's last
-// WRITE and let this goroutine see it before it sent the acknowledgement;
-// a QP destroyed then takes the ACK with it and the peer's WRITE ends in
-// RETRY_EXC_ERR (udp0: 8 runs of 15 before this). A pass of this goroutine
-// sends it (a poller's pass may hold it for up to 20 µs), or the device's
-// goroutine does once it runs again.
-func (s *session) linger() {
-	for t := nanotime(); nanotime()-t < lingerNs; {
-		s.vc.Progress()
-		runtime.Gosched()
-	}
-}
 
 // rdAtomicLat is read_lat and atomic_lat: one request at a time, timed to
 // its completion (a full round trip).

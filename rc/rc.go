@@ -257,6 +257,25 @@ func (c *Conn) Poll(now int64, pkt *Packet, buf []byte) bool {
 	return false
 }
 
+// PollAck emits the next queued response if it is an acknowledgement
+// (ACK, NAK, atomic ACK). A provider calls it for a QP it is about to
+// destroy: the acknowledgements of requests the responder has executed
+// still leave, as they do from hardware and rxe, which acknowledge as they
+// execute; a READ response still owed does not start. Without it, a QP
+// destroyed right after its application saw the peer's last WRITE land
+// (ib_write_lat's end) takes that WRITE's ACK with it, and the peer's
+// request ends in RETRY_EXC_ERR.
+func (c *Conn) PollAck(pkt *Packet) bool {
+	r := &c.resp
+	if r.outN == 0 || r.out[r.outHead].kind == itemRead {
+		return false
+	}
+	*pkt = Packet{DestQPN: c.cfg.DestQPN}
+	r.poll(0, pkt, nil)
+	c.st.PktsSent++
+	return true
+}
+
 // Receive processes one incoming packet addressed to this QP.
 func (c *Conn) Receive(now int64, pkt *Packet) {
 	if c.dead {

@@ -15,9 +15,9 @@ import (
 // under the title), the runs complete over udp0 between two processes, and
 // -e with -D fails at once with perftest's message. write_lat runs several
 // times with -e on both ends: its server sees the client's last WRITE and
-// closes its QP at once (ib_write_lat just exits), which before the
-// server lingered lost the acknowledgement in about half the runs (the
-// client's last WRITE ended in RETRY_EXC_ERR).
+// closes its QP at once (ib_write_lat just exits); the QP's destroy must
+// still send that WRITE's acknowledgement (udp's farewell), or the
+// client's last WRITE ends in RETRY_EXC_ERR.
 func TestPerf19Events(t *testing.T) {
 	sub := 50 + os.Getpid()%50
 	srvEnv := []string{"IBEX_DAEMON=off", fmt.Sprintf("IBEX_UDP_ADDR=127.%d.19.1", sub)}

@@ -359,14 +359,20 @@ func TestPerfNetns(t *testing.T) {
 func TestPerfDurationAndPlot(t *testing.T) {
 	port := strconv.Itoa(freePort(t))
 	startServer(t, nil, "send_lat", "-d", "shm0", "-p", port, "-D", "1")
+	began := time.Now()
 	out, err := runClient(t, nil, "send_lat", "-d", "shm0", "-p", port, "-D", "1", "127.0.0.1")
 	if err != nil {
 		t.Fatalf("-D: %v\n%s", err, out)
 	}
+	// The run lasts the time asked, whatever the iterations: a count is
+	// no measure here (a loaded CI machine made 82 round trips in 1 s).
+	if took := time.Since(began); took < time.Second {
+		t.Errorf("-D 1 ended after %v", took)
+	}
 	for _, row := range parseReport(t, out, true) {
 		checkRow(t, row, true, 2, 0)
-		if row[1] < 1000 {
-			t.Fatalf("1 s of send_lat on shm0 made only %v round trips", row[1])
+		if row[1] < 2 {
+			t.Fatalf("1 s of send_lat on shm0 made %v round trips", row[1])
 		}
 	}
 	port = strconv.Itoa(freePort(t))

@@ -247,6 +247,9 @@ func (d *device) loop() {
 			d.yield()
 		}
 	}
+	// What the passes kept back (keepAcks) leaves before the device stops.
+	d.release(nil, &d.wp)
+	d.tx.flush()
 	for _, q := range d.qps {
 		q.eng = nil
 	}
@@ -286,6 +289,7 @@ func (d *device) apply(c *cmd) {
 		d.lastQP = nil
 		d.active = append(d.active, q)
 	case cmdDelQP:
+		d.farewell(q)
 		delete(d.qps, q.qp.Num())
 		d.lastQP = nil
 		for i, x := range d.active {

@@ -116,6 +116,30 @@ func (d *device) keepAcks(now int64) bool {
 	return d.lazyAcks && d.tx.nbuf == 0 && now-d.heldAt < ackDelay
 }
 
+// farewell sends, before q is destroyed, what its responder owes the
+// peer for the requests it executed: its acknowledgements held back by a
+// poller's pass (keepAcks), then those still in its engine
+// (rc.Conn.PollAck). Hardware and rxe acknowledge as they execute; a QP
+// destroyed right after its application saw the peer's last WRITE land
+// (ib_write_lat's end) would otherwise take the ACK with it, and the
+// peer's WRITE end in RETRY_EXC_ERR.
+func (d *device) farewell(q *qpDriver) {
+	s := &d.tx
+	d.release(q, &d.wp)
+	if q.eng != nil && s.reachable(q.peer) {
+		for {
+			if s.full() {
+				s.flush()
+			}
+			if !q.eng.PollAck(&d.pkt) {
+				break
+			}
+			d.encode(q, &d.pkt, &d.wp, s.bufs[s.nbuf][:0:maxDgram])
+		}
+	}
+	s.flush()
+}
+
 // heldPkt is an acknowledgement waiting for the end of a transmit pass.
 type heldPkt struct {
 	q   *qpDriver
