@@ -1,7 +1,8 @@
-// Package pcap reads and writes classic libpcap capture files, just enough
-// for the tests that use captures (wire's golden and tshark tests, the rxe
-// interop tests of rc and provider/udp): both byte orders, microsecond and
-// nanosecond timestamps; no pcapng.
+// Package pcap reads and writes classic libpcap capture files: the tests
+// that use captures (wire's golden and tshark tests, the rxe interop tests
+// of rc and provider/udp) read and write them whole, provider/udp's
+// captures stream them record by record (Writer). Both byte orders,
+// microsecond and nanosecond timestamps; no pcapng.
 package pcap
 
 import (
@@ -26,10 +27,15 @@ const (
 	recordLen  = 16
 )
 
+// DefaultSnaplen is the snapshot length a file's header states when none
+// is given: tcpdump's, larger than any packet.
+const DefaultSnaplen = 262144
+
 // File is a whole capture.
 type File struct {
 	LinkType uint32
-	Nano     bool // timestamps in nanoseconds
+	Nano     bool   // timestamps in nanoseconds
+	Snaplen  uint32 // the most bytes captured of a packet, as the header states (0 when writing: DefaultSnaplen)
 	Records  []Record
 }
 
@@ -63,6 +69,7 @@ func Read(r io.Reader) (*File, error) {
 	if major := bo.Uint16(b[4:]); major != 2 {
 		return nil, fmt.Errorf("pcap: version %d, want 2", major)
 	}
+	f.Snaplen = bo.Uint32(b[16:])
 	f.LinkType = bo.Uint32(b[20:]) & 0x0fffffff // the high bits may carry FCS information
 	for off := globalLen; off < len(b); {
 		if len(b)-off < recordLen {
@@ -99,38 +106,64 @@ func ReadFile(name string) (*File, error) {
 
 // Write writes f in little-endian classic pcap.
 func Write(w io.Writer, f *File) error {
-	var g [globalLen]byte
-	le := binary.LittleEndian
-	magic := uint32(magicMicro)
-	if f.Nano {
-		magic = magicNano
-	}
-	le.PutUint32(g[0:], magic)
-	le.PutUint16(g[4:], 2)
-	le.PutUint16(g[6:], 4)
-	le.PutUint32(g[16:], 262144)
-	le.PutUint32(g[20:], f.LinkType)
-	if _, err := w.Write(g[:]); err != nil {
+	pw, err := NewWriter(w, f.LinkType, f.Nano, f.Snaplen)
+	if err != nil {
 		return err
 	}
-	for _, r := range f.Records {
-		var h [recordLen]byte
-		orig := r.OrigLen
-		if orig < uint32(len(r.Data)) {
-			orig = uint32(len(r.Data))
-		}
-		le.PutUint32(h[0:], r.Sec)
-		le.PutUint32(h[4:], r.Frac)
-		le.PutUint32(h[8:], uint32(len(r.Data)))
-		le.PutUint32(h[12:], orig)
-		if _, err := w.Write(h[:]); err != nil {
-			return err
-		}
-		if _, err := w.Write(r.Data); err != nil {
+	for i := range f.Records {
+		if err := pw.WriteRecord(&f.Records[i]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Writer writes a capture one record at a time, allocating nothing per
+// record. It writes each record with two Writes (header, data): give it a
+// buffered writer.
+type Writer struct {
+	w   io.Writer
+	hdr [recordLen]byte
+}
+
+// NewWriter writes the global header of a little-endian classic pcap
+// (link type, nanosecond timestamps or not, snaplen: 0 is DefaultSnaplen)
+// to w and returns the Writer of its records.
+func NewWriter(w io.Writer, linkType uint32, nano bool, snaplen uint32) (*Writer, error) {
+	var g [globalLen]byte
+	le := binary.LittleEndian
+	magic := uint32(magicMicro)
+	if nano {
+		magic = magicNano
+	}
+	if snaplen == 0 {
+		snaplen = DefaultSnaplen
+	}
+	le.PutUint32(g[0:], magic)
+	le.PutUint16(g[4:], 2)
+	le.PutUint16(g[6:], 4)
+	le.PutUint32(g[16:], snaplen)
+	le.PutUint32(g[20:], linkType)
+	if _, err := w.Write(g[:]); err != nil {
+		return nil, err
+	}
+	return &Writer{w: w}, nil
+}
+
+// WriteRecord writes r; an OrigLen below len(r.Data) is written as
+// len(r.Data).
+func (pw *Writer) WriteRecord(r *Record) error {
+	le := binary.LittleEndian
+	orig := max(r.OrigLen, uint32(len(r.Data)))
+	le.PutUint32(pw.hdr[0:], r.Sec)
+	le.PutUint32(pw.hdr[4:], r.Frac)
+	le.PutUint32(pw.hdr[8:], uint32(len(r.Data)))
+	le.PutUint32(pw.hdr[12:], orig)
+	if _, err := pw.w.Write(pw.hdr[:]); err != nil {
+		return err
+	}
+	_, err := pw.w.Write(r.Data)
+	return err
 }
 
 // WriteFile writes f to the named file.
