@@ -242,10 +242,14 @@ func (p *peerProc) line(t testing.TB) string {
 	return ""
 }
 
-// connect sends the parent end's info and the slot, and connects e to it.
-func (p *peerProc) connect(t *testing.T, e *end, slot int) {
+// connect sends the parent end's info and the slot, and connects e to it
+// with opt: quick only where a request is meant to fail (a peer that is
+// gone); the default (67 ms, 7 retries) elsewhere, as a loaded machine
+// can hold a loopback datagram back for milliseconds (TestKilledProcess's
+// bystander once ended in RETRY_EXC_ERR under quick).
+func (p *peerProc) connect(t *testing.T, e *end, slot int, opt verbs.ConnectOptions) {
 	t.Helper()
-	if err := e.qp.Connect(p.info.ci, quick); err != nil {
+	if err := e.qp.Connect(p.info.ci, opt); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fmt.Fprintf(p.stdin, "%d %s\n", slot, e.info()); err != nil {

@@ -49,7 +49,7 @@ func TestManyProcesses(t *testing.T) {
 		t.Fatalf("daemon status lists %d processes, want %d", got, n+1)
 	}
 	for i, p := range peers {
-		p.connect(t, ends[i], i)
+		p.connect(t, ends[i], i, verbs.ConnectOptions{})
 	}
 	for i, p := range peers {
 		if got := p.line(t); got != "done SUCCESS" {
@@ -75,8 +75,8 @@ func TestKilledProcess(t *testing.T) {
 	d := startDaemon(t, "127.0.0.43")
 	victim, bystander := startPeer(t), startPeer(t)
 	ev, eb := openEnd(t, 4096), openEnd(t, 4096)
-	victim.connect(t, ev, 0)
-	bystander.connect(t, eb, 0)
+	victim.connect(t, ev, 0, quick)
+	bystander.connect(t, eb, 0, verbs.ConnectOptions{})
 	for _, p := range []*peerProc{victim, bystander} {
 		if got := p.line(t); got != "done SUCCESS" {
 			t.Fatalf("peer: %q", got)
@@ -124,7 +124,7 @@ func TestDaemonDies(t *testing.T) {
 	d := startDaemon(t, "127.0.0.44")
 	peer := startPeer(t)
 	e := openEnd(t, 4096)
-	peer.connect(t, e, 0)
+	peer.connect(t, e, 0, verbs.ConnectOptions{})
 	if got := peer.line(t); got != "done SUCCESS" {
 		t.Fatalf("peer: %q", got)
 	}
