@@ -90,6 +90,7 @@ func startDevice(name string, addr netip.AddrPort, listen listenFunc) (*device, 
 	d.tx.init(conn, &d.ctrs)
 	_, gro := conn.Offload()
 	d.rx = newRecvBatch(min(rxSlots, conn.BatchSize()), gro)
+	d.captureStarted()
 	go d.loop()
 	return d, nil
 }
@@ -129,6 +130,7 @@ func (d *device) haltLoop() {
 	default:
 	}
 	<-d.done
+	d.captureStopped()
 }
 
 func (d *device) now() int64 { return int64(time.Since(d.start)) }

@@ -34,6 +34,9 @@ func newRecvBatch(n int, gro bool) []message {
 // them.
 func (d *device) deliver(n int, pkt *rc.Packet, wp *wire.Packet) {
 	wireClock.Load()
+	if t := d.tx.tap.Load(); t != nil {
+		t.received(d.rx[:n])
+	}
 	now := d.now()
 	d.ctrs.rcvMsgs.Add(uint64(n))
 	super := 0

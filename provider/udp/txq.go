@@ -1,6 +1,9 @@
 package udp
 
-import "net/netip"
+import (
+	"net/netip"
+	"sync/atomic"
+)
 
 // The transmit queue: the datagrams of a loop pass, encoded in buffers of
 // the device's, grouped into the messages the conn's Send takes.
@@ -45,6 +48,8 @@ type txQueue struct {
 	nbuf int
 	msgs []txMsg   // cap len(bufs)
 	out  []message // msgs as Send takes them
+
+	tap atomic.Pointer[tap] // the device's capture (capture.go), nil: none; deliver records into it too
 }
 
 // init sets the queue up for conn: a batch of min(txCap, BatchSize)
@@ -112,6 +117,9 @@ func (s *txQueue) flush() {
 	out := s.out[:0]
 	for _, m := range s.msgs {
 		out = append(out, message{Buffers: s.bufs[m.first : m.first+m.n], Addr: m.peer, SrcPort: m.sport})
+	}
+	if t := s.tap.Load(); t != nil {
+		t.sent(out)
 	}
 	pkts, bytes := s.conn.Send(out)
 	c := s.ctrs
