@@ -81,6 +81,7 @@ type Context struct {
 	ncq    int
 	nqp    int
 	nmr    int
+	qps    []*QP // the QPs that exist, for QPs (registry.go)
 }
 
 // Open opens a device by name, e.g. "loop0", or by provider and name,
@@ -109,6 +110,7 @@ func Open(device string) (*Context, error) {
 				if c.attr.BoardID == "" {
 					c.attr.BoardID = "IBEX_" + strings.ToUpper(c.provider)
 				}
+				c.register()
 				return c, nil
 			}
 		}
@@ -189,6 +191,9 @@ func (c *Context) DroppedEvents() uint64 { return c.dropped.Load() }
 // postEvent queues an asynchronous event for the application. It never
 // blocks: when the queue is full the event is counted in DroppedEvents.
 func (c *Context) postEvent(ev AsyncEvent) {
+	if ev.Type == EventPortErr || ev.Type == EventPortActive {
+		c.portEvent(ev) // LinkDowned
+	}
 	select {
 	case c.events <- ev:
 	default:
@@ -207,6 +212,7 @@ func (c *Context) Close() error {
 		return errorf(ErrBusy, "close %s: %d PDs, %d MRs, %d CQs, %d QPs still exist", c.name, c.npd, c.nmr, c.ncq, c.nqp)
 	}
 	c.closed = true
+	c.unregister()
 	return c.bind.Close()
 }
 

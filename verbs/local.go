@@ -191,6 +191,9 @@ func (resp *QP) completeRecv(r *recvWQE, status WCStatus, w *wq.SendWQE, req *QP
 	resp.mu.Lock()
 	resp.rq.pop()
 	resp.ctr.recvs.Add(1)
+	if status != WCSuccess {
+		resp.ctr.recvErrs.Add(1)
+	}
 	ok := resp.recvCQ.push(&wc)
 	resp.mu.Unlock()
 	return ok

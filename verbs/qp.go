@@ -198,6 +198,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	if n, ok := d.(qpNumberer); ok {
 		qp.num = n.QPNum()
 	}
+	c.addQP(qp)
 	return qp, nil
 }
 
@@ -370,10 +371,15 @@ func (qp *QP) Destroy() error {
 	qp.destroyed = true
 	qp.dead.Store(true)
 	qp.state = QPSReset
+	port := qp.portLocked(&QPAttr{}, 0)
 	qp.resetLocked()
 	qp.mu.Unlock()
 	qp.respMu.Unlock()
+	// The last counters, while the transport still has the QP (a
+	// daemon's keeps the packet counts).
+	last := qp.Stats()
 	qp.drv.Destroy()
+	qp.ctx.removeQP(qp, port, last)
 	qp.release()
 	return nil
 }
@@ -457,6 +463,16 @@ type QPStats struct {
 	RNRNaks uint64 // RNR NAKs received as requester
 	Retries uint64 // timeouts retried as requester
 
+	// Counted by verbs from the completions it writes (a transport's
+	// AddStats does not carry them). Of Sends: the SEND and
+	// SEND_WITH_IMM requests that completed, flushes not counted (rxe's
+	// rdma_sends); the completions with RETRY_EXC_ERR and with
+	// RNR_RETRY_EXC_ERR (rxe's retry_exceeded_err and
+	// retry_rnr_exceeded_err). Of Recvs: those completed in error.
+	SendOps                         uint64
+	RetryExceeded, RNRRetryExceeded uint64
+	RecvErrs                        uint64
+
 	// Kept by network transports (zero on loopback).
 	PktsSent, PktsRecv       uint64
 	Retransmits              uint64 // packets sent again (go-back-N)
@@ -477,7 +493,10 @@ type QPStats struct {
 }
 
 type qpCounters struct {
+	// sends counts the send completions that are not sendOps: Stats'
+	// Sends is their sum, so a completion costs one atomic add as before.
 	sends, recvs, rnrNaks, retries                                   atomic.Uint64
+	sendOps, retryExceeded, rnrRetryExceeded, recvErrs               atomic.Uint64
 	pktsSent, pktsRecv, retransmits, seqNaksSent, seqNaksRecv        atomic.Uint64
 	rnrNaksSent, errNaksSent, errNaksRecv, duplicates, outOfSequence atomic.Uint64
 	cnpsSent, cnpsRecv, ecnMarked, windowCuts, paced                 atomic.Uint64
@@ -516,18 +535,22 @@ func (qp *QP) Stats() QPStats {
 		SeqNaksSent: c.seqNaksSent.Load(), SeqNaksRecv: c.seqNaksRecv.Load(), RNRNaksSent: c.rnrNaksSent.Load(),
 		ErrNaksSent: c.errNaksSent.Load(), ErrNaksRecv: c.errNaksRecv.Load(), Duplicates: c.duplicates.Load(),
 		OutOfSequence: c.outOfSequence.Load(), CNPsSent: c.cnpsSent.Load(), CNPsRecv: c.cnpsRecv.Load(),
-		ECNMarked: c.ecnMarked.Load(), WindowCuts: c.windowCuts.Load(), Paced: c.paced.Load()}
+		ECNMarked: c.ecnMarked.Load(), WindowCuts: c.windowCuts.Load(), Paced: c.paced.Load(),
+		SendOps: c.sendOps.Load(), RetryExceeded: c.retryExceeded.Load(), RNRRetryExceeded: c.rnrRetryExceeded.Load(),
+		RecvErrs: c.recvErrs.Load()}
+	s.Sends += s.SendOps
 	if qp.statsRead != nil {
 		// The transport's own engine counts (a daemon's QP): everything
 		// but the completions verbs counts here.
 		d := qp.statsRead.TransportStats()
-		d.Sends, d.Recvs = 0, 0
-		s.add(&d)
+		d.Sends, d.Recvs, d.SendOps, d.RetryExceeded, d.RNRRetryExceeded, d.RecvErrs = 0, 0, 0, 0, 0, 0
+		s.Add(&d)
 	}
 	return s
 }
 
-func (s *QPStats) add(d *QPStats) {
+// Add adds every counter of d to s (a sum over QPs).
+func (s *QPStats) Add(d *QPStats) {
 	s.Sends += d.Sends
 	s.Recvs += d.Recvs
 	s.RNRNaks += d.RNRNaks
@@ -547,6 +570,10 @@ func (s *QPStats) add(d *QPStats) {
 	s.ECNMarked += d.ECNMarked
 	s.WindowCuts += d.WindowCuts
 	s.Paced += d.Paced
+	s.SendOps += d.SendOps
+	s.RetryExceeded += d.RetryExceeded
+	s.RNRRetryExceeded += d.RNRRetryExceeded
+	s.RecvErrs += d.RecvErrs
 }
 
 // DestQPN is the connected peer's QP number (0 before RTR).

@@ -67,6 +67,9 @@ func (qp *QP) recvComplete(rsn uint64, st WCStatus, byteLen uint32, imm uint32, 
 	}
 	qp.rq.pop()
 	qp.ctr.recvs.Add(1)
+	if st != WCSuccess {
+		qp.ctr.recvErrs.Add(1)
+	}
 	ok := qp.recvCQ.push(&wc)
 	qp.mu.Unlock()
 	qp.respMu.Unlock()

@@ -100,8 +100,9 @@ func (qp *QP) progressLocked() {
 		}
 		wc := WC{WRID: w.ID, Status: out.Status, Opcode: wcOpcodeOf(w.Op), ByteLen: out.ByteLen, QPNum: qp.num}
 		qp.sq.pop()
-		qp.ctr.sends.Add(1)
+		qp.countSend(w.Op)
 		if out.Status != WCSuccess {
+			qp.countSendErr(out.Status)
 			failCause = fmt.Errorf("qp %#x: wr %#x %v completed with %v", qp.num, wc.WRID, w.Op, out.Status)
 			if out.Cause != nil {
 				failCause = fmt.Errorf("%w: %w", failCause, out.Cause)
@@ -171,6 +172,27 @@ func (qp *QP) flushSQLocked() {
 	}
 }
 
+// countSend counts a send completion (not a flush) in Stats' Sends, and
+// in SendOps for a SEND: one atomic add either way.
+func (qp *QP) countSend(op Opcode) {
+	if op == WRSend || op == WRSendWithImm {
+		qp.ctr.sendOps.Add(1)
+	} else {
+		qp.ctr.sends.Add(1)
+	}
+}
+
+// countSendErr counts an error completion's status where it has a counter
+// of its own. Only the error path calls it.
+func (qp *QP) countSendErr(st WCStatus) {
+	switch st {
+	case WCRetryExcErr:
+		qp.ctr.retryExceeded.Add(1)
+	case WCRNRRetryExcErr:
+		qp.ctr.rnrRetryExceeded.Add(1)
+	}
+}
+
 // enterErrLocked moves the QP to ERR; it reports whether the state changed.
 func (qp *QP) enterErrLocked(cause error) bool {
 	if qp.state == QPSErr || qp.state == QPSReset || qp.destroyed {
@@ -196,9 +218,10 @@ func (qp *QP) completeSend(ssn uint64, st WCStatus, byteLen uint32, cause error)
 	id, op := w.ID, w.Op
 	qp.sq.pop()
 	qp.sq.issued--
-	qp.ctr.sends.Add(1) // before the completion is visible
+	qp.countSend(op) // before the completion is visible
 	var failCause error
 	if st != WCSuccess {
+		qp.countSendErr(st)
 		failCause = fmt.Errorf("qp %#x: wr %#x %v completed with %v", qp.num, id, op, st)
 		if cause != nil {
 			failCause = fmt.Errorf("%w: %w", failCause, cause)
