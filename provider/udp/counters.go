@@ -15,10 +15,16 @@ type PortCounters struct {
 	ICRCErrors                uint64
 	UnknownQP                 uint64 // packets for a QP that is not here or not ready
 	PortXmitDiscards          uint64 // datagrams the socket refused
+	// PortXmitWait counts the times a transmit found no room and waited
+	// for it: a UDP socket's send buffer full (EAGAIN), an AF_XDP socket
+	// without a free TX chunk. IBA counts ticks without link credits; a
+	// socket has no credits, its full buffer is the back-pressure.
+	PortXmitWait uint64
 }
 
 type counters struct {
 	xmitData, rcvData, xmitPkts, rcvPkts, rcvErrors, icrcErrors, unknownQP, xmitDiscards atomic.Uint64
+	xmitWait                                                                             atomic.Uint64 // only where a transmit waits
 
 	// Not port counters: how the datagrams crossed the socket (the
 	// batchConn counts the messages sent and the system calls).
@@ -39,6 +45,7 @@ func (d *device) counters() PortCounters {
 		PortXmitData: c.xmitData.Load() / 4, PortRcvData: c.rcvData.Load() / 4,
 		PortXmitPkts: c.xmitPkts.Load(), PortRcvPkts: c.rcvPkts.Load(), PortRcvErrors: c.rcvErrors.Load(),
 		ICRCErrors: c.icrcErrors.Load(), UnknownQP: c.unknownQP.Load(), PortXmitDiscards: c.xmitDiscards.Load(),
+		PortXmitWait: c.xmitWait.Load(),
 	}
 }
 
@@ -61,6 +68,7 @@ func (drv *opened) PortCounters(port uint8) []verbs.PortCounter {
 		{Name: "PortXmitData", Value: c.PortXmitData}, {Name: "PortRcvData", Value: c.PortRcvData},
 		{Name: "PortXmitPkts", Value: c.PortXmitPkts}, {Name: "PortRcvPkts", Value: c.PortRcvPkts},
 		{Name: "PortRcvErrors", Value: c.PortRcvErrors}, {Name: "PortXmitDiscards", Value: c.PortXmitDiscards},
+		{Name: "PortXmitWait", Value: c.PortXmitWait},
 		{Name: "ICRCErrors", Value: c.ICRCErrors}, {Name: "UnknownQP", Value: c.UnknownQP},
 	}
 }

@@ -255,6 +255,7 @@ func (s *sockIO) Send(msgs []message) (pkts, bytes int) {
 		n, errno := s.sendmmsg(i, len(s.msgs))
 		if errno == unix.EAGAIN {
 			// The socket's send buffer is full: wait until it drains.
+			s.ctrs.xmitWait.Add(1)
 			s.wfrom, s.wto = i, len(s.msgs)
 			if err := s.raw.Write(s.writeFn); err != nil {
 				break // closed: the rest is dropped

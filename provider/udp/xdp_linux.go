@@ -363,6 +363,7 @@ func (c *xdpConn) chunk() (uint64, []byte, bool) {
 	if c.txStuck {
 		return 0, nil, false
 	}
+	c.ctrs.xmitWait.Add(1)
 	start := time.Now()
 	for time.Since(start) < xdpTxWait {
 		calls, err := c.sock.TxFlush()
