@@ -74,7 +74,7 @@ func newRootCmd() *cobra.Command {
 		},
 	}
 	addDemoFlags(root, &demoOpt)
-	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newSimCmd(), newDaemonCmd(), newVersionCmd())
+	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newSimCmd(), newDaemonCmd(), newStatCmd(), newVersionCmd())
 	return root
 }
 
