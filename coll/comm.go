@@ -48,6 +48,9 @@ type Options struct {
 	// named by IBEX_COLL_MODEL, else DefaultModel. Only rank 0's counts:
 	// it is handed to every rank at NewComm, so all choose alike.
 	Model *Model
+	// Health configures the status service, the heartbeats and the
+	// flight recorder (health.go).
+	Health HealthOptions
 }
 
 const (
@@ -161,6 +164,9 @@ type Comm struct {
 	sDone, rDone   []int    // pieces of each send and receive of the step done
 	blockS, blockR []uint32 // per peer: the round its sends (receives) were refused; a link's pieces go in order
 	rounds         uint32
+
+	rec    recorder // the flight recorder (recorder.go)
+	health *health  // heartbeats, rank 0's status service (health.go)
 }
 
 // Abort makes the call in progress on this communicator, and every later
@@ -316,6 +322,9 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 	}
 	c.boot = boot
 	c.peers = boot.Peers()
+	if err := c.healthStart(id); err != nil {
+		return nil, err
+	}
 	// Open the devices: the primary, which holds the working buffers (the
 	// forced transport, else the same-host device), then each peer's.
 	c.primary = opt.Transport
@@ -338,6 +347,7 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 	if err := c.exchangeSetup(ctx); err != nil {
 		return nil, err
 	}
+	c.healthReport()
 	c.yieldThread = len(LocalRanks(c.peers, rank)) > runtime.NumCPU()
 	// The LL path needs every link of every rank to place writes in
 	// order, so that all ranks decide alike; the flagged path needs that
@@ -443,14 +453,16 @@ func newComm(ctx context.Context, id UniqueID, rank, size int, opt Options, l ne
 			return nil, err
 		}
 	}
+	c.healthReady()
 	return c, nil
 }
 
 // setup is what every rank publishes once the hosts are known: the
 // capabilities of the devices it opened, and (rank 0) the cost model.
 type setup struct {
-	Caps  map[string]verbs.DeviceCap `json:"caps"`
-	Model json.RawMessage            `json:"model,omitempty"`
+	Caps   map[string]verbs.DeviceCap `json:"caps"`
+	Model  json.RawMessage            `json:"model,omitempty"`
+	Health string                     `json:"health,omitempty"` // rank 0's status service
 }
 
 // exchangeSetup publishes our devices' capabilities (and, at rank 0, the
@@ -461,6 +473,7 @@ func (c *Comm) exchangeSetup(ctx context.Context) error {
 		mine.Caps[d.name] = d.caps
 	}
 	if c.rank == 0 {
+		mine.Health = c.health.service
 		m := DefaultModel()
 		switch {
 		case c.opt.Model != nil:
@@ -495,6 +508,7 @@ func (c *Comm) exchangeSetup(ctx context.Context) error {
 		}
 		c.rankCaps[q] = s.Caps
 		if q == 0 {
+			c.health.service = s.Health
 			m, err := parseModel(s.Model, "from rank 0")
 			if err != nil {
 				return err
@@ -521,6 +535,7 @@ const closeWait = 10 * time.Second
 // abort or a failed call it does not wait.
 func (c *Comm) Close() error {
 	var errs []string
+	c.healthClosing()
 	if c.abortReq.Load() && c.broken == nil && c.links != nil {
 		c.breakComm(fmt.Errorf("coll: rank %d: %w by Abort", c.rank, ErrAborted))
 	}
@@ -576,6 +591,7 @@ func (c *Comm) Close() error {
 		keep(d.ctx.Close())
 	}
 	c.links, c.devs, c.devList, c.progressList = nil, nil, nil, nil
+	c.healthClose()
 	if len(errs) > 0 {
 		err := fmt.Errorf("coll: close rank %d: %s", c.rank, strings.Join(errs, "; "))
 		if c.mismatched {

@@ -110,8 +110,9 @@ type call struct {
 	addrs map[string]uint64
 	dt    reduce.DType // receives that reduce apply op on dt
 	op    reduce.Op
-	rerr  error // the first reduction error
-	mode  int   // the path: modeNormal, modeLL or modeFL
+	rerr  error    // the first reduction error
+	mode  int      // the path: modeNormal, modeLL or modeFL
+	info  callInfo // what the flight recorder keeps of it (recorder.go)
 
 	// Where the executor is: the step, and its send pieces not yet posted.
 	step, sendsLeft int
@@ -310,10 +311,12 @@ func (c *Comm) run(ctx context.Context, cl *call) error {
 	if c.broken != nil {
 		return c.broken
 	}
+	c.rec.begin(cl, c.calls)
 	if err := c.execute(ctx, cl); err != nil {
 		c.breakComm(err)
 		return c.broken
 	}
+	c.rec.end()
 	return nil
 }
 
@@ -336,6 +339,7 @@ func (c *Comm) breakComm(err error) {
 			c.notices++
 		}
 	}
+	c.broken = c.healthAbort(c.broken) // the status of the ranks, the flight record's dump (health.go)
 }
 
 // Work request IDs: a data piece's is the peer's rank; a credit return's
@@ -408,6 +412,7 @@ func (c *Comm) execute(ctx context.Context, cl *call) error {
 	idle, first := 0, true
 	for si, st := range cl.steps {
 		cl.step = si
+		c.rec.step(si)
 		if err := p.start(cl); err != nil {
 			return err
 		}
@@ -603,6 +608,7 @@ func (c *Comm) stuck(ctx context.Context, cl *call, p protocol, sdone, rdone []i
 	} else if p.busy() {
 		msg += "; writes not completed"
 	}
+	c.noteWaiting(from, to)
 	return fmt.Errorf("%s: %w", msg, ctx.Err())
 }
 

@@ -389,7 +389,8 @@ func (c *Comm) collectiveAs(ctx context.Context, kind algo.Collective, root int,
 	cl := &c.cur
 	inited := cl.inited[:0]
 	*cl = call{seq: c.calls % callSeqMod, desc: descriptor(kind, a, count, descDT, descOp, root), steps: prog,
-		buf: buf, lkeys: w.lkeys, addrs: w.addrs, dt: dt, op: op, mode: mode, inited: inited}
+		buf: buf, lkeys: w.lkeys, addrs: w.addrs, dt: dt, op: op, mode: mode, inited: inited,
+		info: callInfo{op: recOp(kind), root: int32(root), bytes: int64(max(in, out) * descDT.Size() / max(esize, 1))}}
 	if fromInput {
 		cl.src, cl.srcKeys, cl.srcAddrs = src.buf[:in], src.lkeys, src.addrs
 	}
@@ -470,7 +471,8 @@ func (c *Comm) SendRecv(ctx context.Context, sendbuf []byte, to int, recvbuf []b
 	}
 	copy(w.buf[:n], sendbuf[:n])
 	st := execStep{sends: []xfer{{peer: to, n: n}}, recvs: []xfer{{peer: from, off: n, n: n}}}
-	cl := &call{seq: p2pSeq, desc: descriptor(p2pKind, 0, count, dt, 0, 0), steps: []execStep{st}, buf: w.buf[:2*n], lkeys: w.lkeys, addrs: w.addrs}
+	cl := &call{seq: p2pSeq, desc: descriptor(p2pKind, 0, count, dt, 0, 0), steps: []execStep{st}, buf: w.buf[:2*n], lkeys: w.lkeys, addrs: w.addrs,
+		info: callInfo{op: recSendRecv, bytes: int64(n)}}
 	cl.mode = c.p2pPath(cl.steps)
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: sendrecv of %d %v to rank %d, from rank %d: %w", count, dt, to, from, err)
@@ -517,7 +519,11 @@ func (c *Comm) p2p(ctx context.Context, buf []byte, count int, dt reduce.DType, 
 	}
 	// Point-to-point calls do not advance the collective call number: two
 	// ranks exchanging messages need not have made the same collectives.
-	cl := &call{seq: p2pSeq, desc: descriptor(p2pKind, 0, count, dt, 0, 0), steps: []execStep{st}, buf: w.buf[:n], lkeys: w.lkeys, addrs: w.addrs}
+	cl := &call{seq: p2pSeq, desc: descriptor(p2pKind, 0, count, dt, 0, 0), steps: []execStep{st}, buf: w.buf[:n], lkeys: w.lkeys, addrs: w.addrs,
+		info: callInfo{op: recRecv, bytes: int64(n)}}
+	if send {
+		cl.info.op = recSend
+	}
 	cl.mode = c.p2pPath(cl.steps)
 	if err := c.run(ctx, cl); err != nil {
 		return fmt.Errorf("coll: %s of %d %v with rank %d: %w", op, count, dt, peer, err)
