@@ -29,6 +29,7 @@ type Config struct {
 	Devices []DeviceConfig `yaml:"devices"` // default: one device udp0 on 127.0.0.1 (IBEX_UDP_ADDR's value if set)
 	Limits  Limits         `yaml:"limits"`
 	Poll    Poll           `yaml:"poll"`
+	Metrics string         `yaml:"metrics"` // host:port to serve Prometheus's /metrics on (metrics.go); default "": none
 }
 
 // DeviceConfig is one network device ibexd owns: a RoCEv2 device of
@@ -200,6 +201,7 @@ func (c *Config) validate(lines map[string]int) error {
 	c.validateLimits(v)
 	v.duration("poll.spin", &c.Poll.Spin, defaultSpin)
 	v.duration("poll.max_sleep", &c.Poll.MaxSleep, defaultMaxSleep)
+	validateMetrics(v, c.Metrics)
 	return errors.Join(v.errs...)
 }
 
@@ -459,6 +461,7 @@ type configFile struct {
 	Devices []DeviceConfig `yaml:"devices"`
 	Limits  Limits         `yaml:"limits"`
 	Poll    pollFile       `yaml:"poll"`
+	Metrics string         `yaml:"metrics"`
 }
 
 type pollFile struct {
@@ -473,6 +476,7 @@ func (f *configFile) config() Config {
 		Devices: f.Devices,
 		Limits:  f.Limits,
 		Poll:    Poll{Spin: Duration(f.Poll.Spin), MaxSleep: Duration(f.Poll.MaxSleep)},
+		Metrics: f.Metrics,
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/daemon"
 	"github.com/ibex-rdma/ibex/internal/ibexdwire"
+	"github.com/ibex-rdma/ibex/metrics/prom"
 	"github.com/ibex-rdma/ibex/provider/ibexd"
 )
 
@@ -25,12 +26,13 @@ type daemonOptions struct {
 	Cores    []int
 	Check    bool
 	Takeover bool
+	Metrics  string
 }
 
 func newDaemonCmd() *cobra.Command {
 	var opt daemonOptions
 	cmd := &cobra.Command{
-		Use:   "daemon [--config FILE] [--socket PATH] [--cores LIST]",
+		Use:   "daemon [--config FILE] [--socket PATH] [--cores LIST] [--metrics ADDR]",
 		Short: "Run ibexd, the host's daemon that owns the devices and runs every process's transport",
 		Long: "Run ibexd: one per host. It owns the network devices (udp0, ... on AF_XDP or\n" +
 			"a UDP socket) and runs the RC transport of every process attached to it on its\n" +
@@ -38,12 +40,16 @@ func newDaemonCmd() *cobra.Command {
 			"answers on its socket (IBEX_DAEMON_SOCKET, default " + daemon.DefaultSocket + "),\n" +
 			"verbs.Open(\"udp0\") and -d udp0 go through it (provider ibexd); with none, they\n" +
 			"run in-process. IBEX_DAEMON=off ignores a running daemon.\n\n" +
-			"The configuration (YAML: socket, cores, devices, limits, poll) is described in\n" +
-			"deploy/ibexd.yaml; --socket and --cores override it. SIGTERM or SIGINT stops the\n" +
-			"daemon: attached processes see their QPs go to ERR, naming the daemon.\n\n" +
+			"The configuration (YAML: socket, cores, devices, limits, poll, metrics) is described\n" +
+			"in deploy/ibexd.yaml; --socket, --cores and --metrics override it. SIGTERM or SIGINT\n" +
+			"stops the daemon: attached processes see their QPs go to ERR, naming the daemon.\n\n" +
+			"With --metrics ADDR (or the config's metrics, else IBEX_METRICS), the daemon serves\n" +
+			"its devices' and its processes' QPs' counters to Prometheus on http://ADDR/metrics,\n" +
+			"under node_exporter's infiniband names, and as JSON on /counters.\n\n" +
 			"Examples:\n" +
 			"  ibex daemon --config /etc/ibex/ibexd.yaml\n" +
 			"  ibex daemon --socket /tmp/ibexd.sock --cores 1\n" +
+			"  ibex daemon --metrics :9101          # Prometheus scrapes http://HOST:9101/metrics\n" +
 			"  ibex daemon --takeover              # upgrade: the new binary takes over the running daemon\n" +
 			"  ibex daemon status",
 		Args: cobra.NoArgs,
@@ -72,6 +78,19 @@ func newDaemonCmd() *cobra.Command {
 			for _, dv := range st.Devices {
 				fmt.Fprintf(cmd.ErrOrStderr(), "ibexd: %s on %s (%s)\n", dv.Name, dv.Address, dv.Mode)
 			}
+			// After a takeover the old daemon holds the metrics address
+			// until it exits; this one serves the processes by then, so
+			// an address it still cannot have is reported, not fatal.
+			ms, err := d.ServeMetrics(ctx, 5*time.Second)
+			switch {
+			case err != nil && opt.Takeover:
+				fmt.Fprintf(cmd.ErrOrStderr(), "ibexd: serving without metrics: %v\n", err)
+			case err != nil:
+				_ = d.Close()
+				return err
+			case ms != nil:
+				fmt.Fprintf(cmd.ErrOrStderr(), "ibexd: metrics on %s\n", ms.URL())
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "ibexd: pid %d serving %s\n", os.Getpid(), d.Socket())
 			return d.Serve(ctx)
 		},
@@ -81,6 +100,7 @@ func newDaemonCmd() *cobra.Command {
 	f.StringVar(&opt.Socket, "socket", "", "unix socket to serve (overrides the config's socket)")
 	f.IntSliceVar(&opt.Cores, "cores", nil, "CPUs to run on, e.g. 2,3 (overrides the config's cores)")
 	f.BoolVar(&opt.Check, "check", false, "validate the configuration and exit")
+	f.StringVar(&opt.Metrics, "metrics", "", "serve Prometheus metrics on this host:port, e.g. :9101 (overrides the config's metrics; default IBEX_METRICS)")
 	f.BoolVar(&opt.Takeover, "takeover", false, "take over the daemon serving the socket (an upgrade: its devices, processes and QPs, no connection dropped); it exits once this one serves")
 	cmd.AddCommand(newDaemonStatusCmd())
 	return cmd
@@ -99,6 +119,11 @@ func loadDaemonConfig(cmd *cobra.Command, opt daemonOptions) (daemon.Config, err
 	}
 	if cmd.Flags().Changed("cores") {
 		cfg.Cores = opt.Cores
+	}
+	if cmd.Flags().Changed("metrics") {
+		cfg.Metrics = opt.Metrics
+	} else if cfg.Metrics == "" {
+		cfg.Metrics = os.Getenv(prom.EnvVar)
 	}
 	return cfg, cfg.Validate()
 }
