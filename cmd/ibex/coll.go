@@ -43,6 +43,7 @@ type collOptions struct {
 	timeout             secondsFlag
 	algo, save          string
 	rendezvous          string
+	metrics             string // --metrics, else IBEX_METRICS: each rank on its port + rank
 	npSet               bool
 	// nccl-tests' flags that ibex takes with its meaning, or explains.
 	threads, gpus     int
@@ -113,6 +114,7 @@ func newCollCmd() *cobra.Command {
 				}
 			}
 			o.npSet = cmd.Flags().Changed("np")
+			o.metrics = metricsAddr(cmd)
 			return runColl(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), name, o)
 		},
 	}
@@ -145,6 +147,7 @@ func newCollCmd() *cobra.Command {
 	f.VarP(&o.timeout, "timeout", "T", "give up on setup (naming the ranks not heard from) or on a size after this long: seconds or a duration; 0: never")
 	f.StringVar(&o.algo, "algo", "", "force an algorithm (ring, tree, rhd, rd, direct) where the collective has it (as IBEX_ALGO)")
 	f.StringVar(&o.rendezvous, "rendezvous", "", "host:port where rank 0 listens, under srun or mpirun (else IBEX_RENDEZVOUS)")
+	f.String("metrics", "", "serve each rank's counters to Prometheus on host:port plus its rank (/metrics), e.g. 127.0.0.1:9101; default IBEX_METRICS")
 	f.StringVar(&o.save, "save", "", "calibrate: write the measured model to this file")
 	return cmd
 }
@@ -255,6 +258,15 @@ func runColl(ctx context.Context, out, errOut io.Writer, name string, o collOpti
 	if err != nil {
 		return err
 	}
+	maddr, err := rankMetricsAddr(o.metrics, env.Rank)
+	if err != nil {
+		return err
+	}
+	stopMetrics, err := serveMetrics(ctx, errOut, fmt.Sprintf("coll rank %d", env.Rank), maddr)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	if env.Rank == 0 {
 		for _, n := range notes {
 			fmt.Fprintf(errOut, "ibex: coll: note: %s\n", n)

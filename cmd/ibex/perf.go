@@ -104,6 +104,11 @@ func newPerfCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), "perf: --cpu_util: noted; bandwidth reports always end with this process's CPU use (CPU[s/GB] line)")
 			}
 			cfg.Duration = time.Duration(duration) * time.Second
+			stopMetrics, err := serveMetrics(cmd.Context(), cmd.ErrOrStderr(), "perf", metricsAddr(cmd))
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			out := cmd.OutOrStdout()
 			opt := perf.Options{Out: out, Err: cmd.ErrOrStderr()}
 			if asJSON || output != "" {
@@ -171,6 +176,7 @@ func newPerfCmd() *cobra.Command {
 	f.BoolVar(&cfg.Gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MiB/sec")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON instead of the perftest report")
 	f.StringVar(&plotFile, "plot", "", "draw size against bandwidth or latency into this PNG/SVG/PDF file")
+	f.String("metrics", "", metricsFlagHelp)
 
 	// perftest's other flags, spelled as in its usage text.
 	f.BoolVarP(&version, "version", "V", false, "print perftest's protocol version this speaks and exit")
