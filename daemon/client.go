@@ -96,9 +96,12 @@ func (d *Daemon) serveConn(ctx context.Context, conn *net.UnixConn) {
 		st := d.Status()
 		_ = ibexdwire.Send(conn, &ibexdwire.Response{ID: req.ID, Status: &st})
 		return
+	case ibexdwire.OpCapture:
+		d.serveCapture(ctx, conn, &req)
+		return
 	case ibexdwire.OpHello:
 	default:
-		_ = ibexdwire.Send(conn, &ibexdwire.Response{ID: req.ID, Err: fmt.Sprintf("first message is %q: expected hello or status", req.Op), Code: "invalid_argument"})
+		_ = ibexdwire.Send(conn, &ibexdwire.Response{ID: req.ID, Err: fmt.Sprintf("first message is %q: expected hello, status or capture", req.Op), Code: "invalid_argument"})
 		return
 	}
 	c, err := d.attach(ctx, conn, &req)

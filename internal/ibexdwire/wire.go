@@ -50,6 +50,7 @@ const (
 	OpQueryPort = "query_port" // Port -> Ports[0]
 	OpCounters  = "counters"   // Port -> Counters
 	OpStatus    = "status"     // -> Status (any connection, also one that did not Hello)
+	OpCapture   = "capture"    // first message of a capture connection (no Hello): the daemon package's protocol follows
 )
 
 // Request is a message from a process to the daemon. ID matches the
