@@ -532,6 +532,7 @@ func (c *Comm) completion(cl *call, w verbs.WC) error {
 		who := "?"
 		if l != nil {
 			who = fmt.Sprint(l.peer)
+			c.noteWaiting(map[int]int{l.peer: 1}, nil)
 		}
 		return fmt.Errorf("coll: rank %d: step %d of %d: link to rank %s failed: %v", c.rank, cl.step+1, len(cl.steps), who, w)
 	}

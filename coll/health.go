@@ -242,33 +242,62 @@ func (c *Comm) healthAbort(err error) error {
 
 // healthNote is what the status service says of the ranks this one waited
 // on, and of the others that are not well.
+//
+// The status it gives is no older than the failure: it asks until every
+// other rank has been heard from since (or is dead, or closed), for up to
+// two heartbeats. A rank that died fails our links about when the
+// service's connection from it closes, and a peer's abort notice can
+// overtake the service's news: two heartbeats are enough for the service
+// to have seen the connection close.
 func (c *Comm) healthNote() string {
 	h := c.health
-	var cs CommStatus
-	if h.coll != nil {
-		cs = h.coll.status(time.Now(), false)
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), queryWait)
-		st, err := ReadStatus(ctx, h.service)
-		cancel()
-		found := false
-		for _, s := range st.Comms {
-			if s.ID == h.id && !s.Remote {
-				cs, found = s, true
-			}
-		}
-		if !found {
-			why := fmt.Sprintf("status: rank 0's service at %s did not answer", h.service)
-			if err != nil {
-				why += ": " + err.Error()
-			}
+	t0 := time.Now()
+	settle := t0.Add(2 * h.opt.Heartbeat)
+	for {
+		cs, err := c.commStatus()
+		if err != nil {
+			why := fmt.Sprintf("status: rank 0's service at %s did not answer: %v", h.service, err)
 			if lost := h.rep.lostReason(); lost != "" {
 				why += "; our heartbeats to it ended: " + lost + " (rank 0 dead?)"
 			}
 			return why
 		}
+		fresh := true
+		for _, rs := range cs.Ranks {
+			if rs.Rank != c.rank && rs.Health != HealthDead && rs.Health != HealthClosed && rs.HeardAgo >= 0 &&
+				rs.HeardAgo > time.Since(t0).Seconds() {
+				fresh = false
+			}
+		}
+		if fresh || time.Now().After(settle) {
+			return "status: " + cs.explain(h.waited, c.rank)
+		}
+		time.Sleep(h.opt.Heartbeat / 4)
 	}
-	return "status: " + cs.explain(h.waited, c.rank)
+}
+
+// commStatus is the service's view of this communicator.
+func (c *Comm) commStatus() (CommStatus, error) {
+	h := c.health
+	if h.coll != nil {
+		return h.coll.status(time.Now(), false), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), queryWait)
+	defer cancel()
+	b, err := QueryStatus(ctx, h.service, "SET FORMAT json\nSTATUS "+h.id+"\n")
+	if err != nil {
+		return CommStatus{}, err
+	}
+	var st Status
+	if err := json.Unmarshal(b, &st); err != nil {
+		return CommStatus{}, err
+	}
+	for _, cs := range st.Comms {
+		if cs.ID == h.id && !cs.Remote {
+			return cs, nil
+		}
+	}
+	return CommStatus{}, fmt.Errorf("it does not serve communicator %s", h.id)
 }
 
 // flightDump is the JSON of a dumped flight record.

@@ -75,6 +75,7 @@ func newRootCmd() *cobra.Command {
 	}
 	addDemoFlags(root, &demoOpt)
 	root.PersistentPreRunE = serveMetricsFromEnv // IBEX_METRICS (metrics.go)
+	root.AddCommand(newCaptureCmd())
 	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newSimCmd(), newDaemonCmd(), newStatCmd(), newVersionCmd())
 	return root
 }
