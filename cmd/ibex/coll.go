@@ -149,6 +149,7 @@ func newCollCmd() *cobra.Command {
 	f.StringVar(&o.rendezvous, "rendezvous", "", "host:port where rank 0 listens, under srun or mpirun (else IBEX_RENDEZVOUS)")
 	f.String("metrics", "", "serve each rank's counters to Prometheus on host:port plus its rank (/metrics), e.g. 127.0.0.1:9101; default IBEX_METRICS")
 	f.StringVar(&o.save, "save", "", "calibrate: write the measured model to this file")
+	cmd.AddCommand(newCollStatusCmd())
 	return cmd
 }
 
