@@ -69,4 +69,15 @@
 // calls too; Abort does the same from any goroutine. A peer that dies
 // makes its links fail (shm0 at once; udp0 when retries run out) or, at
 // worst, the deadline expire.
+//
+// # Health
+//
+// As NCCL's RAS: every rank sends rank 0's status service a heartbeat
+// (Options.Health) with what its flight recorder says of its current call;
+// the service tells dead, silent, stalled, failed and mismatched ranks, in
+// NCCL's text protocol on a TCP port (ReadStatus, QueryStatus, `ibex coll
+// status`). A failed call's error says what the service knows of the
+// ranks it waited on and where the rank's flight record (its last calls,
+// FlightRecord) was dumped. Stats gives per op the count, last time and
+// bus bandwidth.
 package coll

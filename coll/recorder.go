@@ -387,3 +387,28 @@ func (c *Comm) Stats() []OpStats {
 	}
 	return out
 }
+
+// CommStats is one open communicator's rank in this process and its
+// Stats.
+type CommStats struct {
+	ID   string    `json:"comm"` // Comm.ID
+	Rank int       `json:"rank"`
+	Size int       `json:"size"`
+	Ops  []OpStats `json:"ops"`
+}
+
+// Stats returns Comm.Stats of every open communicator of this process
+// (each rank here, in the order they were made), for an exporter of the
+// whole process (NCCL Inspector's Prometheus names:
+// nccl_collective_exec_time_microseconds from LastExecMicros,
+// nccl_bus_bandwidth_gbs from LastBusBWGBs, labelled by comm, rank, op).
+func Stats() []CommStats {
+	registry.mu.Lock()
+	comms := slices.Clone(registry.comms)
+	registry.mu.Unlock()
+	out := make([]CommStats, 0, len(comms))
+	for _, c := range comms {
+		out = append(out, CommStats{ID: c.ID(), Rank: c.rank, Size: c.size, Ops: c.Stats()})
+	}
+	return out
+}

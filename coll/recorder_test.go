@@ -53,7 +53,16 @@ func TestRecorderRing(t *testing.T) {
 		got[c.Rank()] = c.FlightRecord()
 		stats[c.Rank()] = c.Stats()
 		mu.Unlock()
-		return nil
+		// The process's Stats has this rank's too.
+		for _, cs := range Stats() {
+			if cs.ID == c.ID() && cs.Rank == c.Rank() {
+				if cs.Size != 3 || fmt.Sprint(cs.Ops) != fmt.Sprint(c.Stats()) {
+					return fmt.Errorf("rank %d: coll.Stats has %+v, want %+v", c.Rank(), cs, c.Stats())
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("rank %d: coll.Stats lacks communicator %s", c.Rank(), c.ID())
 	})
 	for r := range 3 {
 		recs := got[r]
