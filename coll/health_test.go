@@ -85,6 +85,15 @@ func TestHealthStalledAndDead(t *testing.T) {
 			}
 			b, qerr := QueryStatus(ctx, service, "verbose status\n")
 			text = string(b)
+			if qerr != nil {
+				return qerr
+			}
+			// The process's port (127.0.0.1:0 asked for) answers too.
+			port := StatusPortAddr()
+			b, qerr = QueryStatus(ctx, port, "status "+id+"\n")
+			if qerr == nil && !strings.Contains(string(b), "#"+id) {
+				qerr = fmt.Errorf("the status port %s does not list communicator %s:\n%s", port, id, b)
+			}
 			return qerr
 		}
 		survivors.Done()
