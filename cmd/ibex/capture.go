@@ -125,7 +125,11 @@ func runCapture(ctx context.Context, log io.Writer, opt captureOptions, count, s
 		}
 		return err
 	}
+	name := opt.File
+	if name == "-" {
+		name = "standard output"
+	}
 	fmt.Fprintf(log, "ibex capture: %d packets written to %s (%d captured, %d overwritten by the ring, %d missed)\n",
-		res.Written, opt.File, res.Seen, res.Overwritten, res.Missed)
+		res.Written, name, res.Seen, res.Overwritten, res.Missed)
 	return nil
 }
