@@ -32,7 +32,7 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ibex: %v\n", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -75,6 +75,7 @@ func newRootCmd() *cobra.Command {
 	}
 	addDemoFlags(root, &demoOpt)
 	root.PersistentPreRunE = serveMetricsFromEnv // IBEX_METRICS (metrics.go)
+	root.AddCommand(newCheckCmd())
 	root.AddCommand(newCaptureCmd())
 	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newSimCmd(), newDaemonCmd(), newStatCmd(), newVersionCmd())
 	return root
