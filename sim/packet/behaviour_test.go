@@ -266,8 +266,16 @@ func TestCollectivesComplete(t *testing.T) {
 		routers[g] = r
 	}
 	sizes := []int64{1 << 20, 3*4096 + 4, 7 * 4, 0} // of 4-byte elements: 262144, 3073, 7 and none
-	runs := 0
+	runs, want := 0, 0
 	for _, pl := range places {
+		sizes := sizes
+		if raceEnabled && pl.name != "superpod-1host" {
+			// The simulator is one goroutine: the 1 MiB runs took 5 of the
+			// test's 9 s under the race detector for nothing it can check.
+			// .ci/run runs every size everywhere without it.
+			sizes = sizes[1:]
+		}
+		want += 18 * 2 * len(sizes)
 		for c := algo.AllReduce; c <= algo.AllToAll; c++ {
 			for a := algo.Ring; a <= algo.Direct; a++ {
 				root := 0
@@ -298,7 +306,7 @@ func TestCollectivesComplete(t *testing.T) {
 			}
 		}
 	}
-	if runs < len(places)*18*2*len(sizes) {
+	if runs < want {
 		t.Errorf("%d runs: coll/algo supports fewer combinations than the 18 this test was written for", runs)
 	}
 }
@@ -399,6 +407,12 @@ func TestInvariantsUnderCongestion(t *testing.T) {
 		{"fattree8-dmodk-2vl", ft, nil, fabric.Params{Buffer: buf, VLs: 2}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if raceEnabled && tc.name == "superpod-2vl" {
+				// The simulator is one goroutine, and checking every event
+				// on a whole SU is slow under the race detector (2.5 s):
+				// the fat trees keep 2 VLs there. .ci/run runs it without.
+				t.Skip("left to the run without the race detector")
+			}
 			cfg := Config{Graph: tc.g, Schedule: s, Bytes: 1 << 20, GPUs: tc.gpus, Params: tc.p}
 			m, res := runWithInvariants(t, cfg)
 			checkConservation(t, tc.g, cfg, res)
@@ -438,6 +452,12 @@ func TestInvariantsUnderCongestion(t *testing.T) {
 		rtt := 2 * float64(link.Length) * fabric.Defaults.PropNsPerM
 		bound := ser / (ser + rtt)
 		for _, vls := range []int{1, 2} {
+			if raceEnabled && vls == 2 {
+				// As superpod-2vl above: 2.5 s under the race detector,
+				// which has nothing to check; .ci/run runs it without.
+				t.Logf("VLs 2: left to the run without the race detector")
+				continue
+			}
 			cfg := Config{Graph: g, Schedule: s, Bytes: 1 << 20, GPUs: spGPUs, Params: fabric.Params{Buffer: fullPktCredits * 64, VLs: vls}}
 			_, res := runWithInvariants(t, cfg)
 			var util float64

@@ -34,6 +34,13 @@ func TestFailOneLink(t *testing.T) {
 		{"superpod-small-core/spine-core", "kind: superpod\nsuperpod: {sus: 6, node_slots: 2, gpus_per_node: 2, switch_ports: 8, reserved_slots: 0}\n", topo.LinkSpineCore},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if raceEnabled && tc.name == "superpod-1su/leaf-spine" {
+				// Routing is one goroutine's lookups: its 61,000 pairs
+				// took 4.5 s under the race detector, which has nothing to
+				// check; the fat trees keep a leaf-spine failure there.
+				// .ci/run runs it without.
+				t.Skip("left to the run without the race detector")
+			}
 			g := build(t, tc.yml)
 			rnd := rng(t)
 			ls := linksOf(g, tc.tier)
