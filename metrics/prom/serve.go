@@ -23,12 +23,13 @@ const EnvVar = "IBEX_METRICS"
 
 // Handler serves src: /metrics in Prometheus's exposition format (ibex's
 // counters, with the Go runtime's and the process's standard metrics),
+// the process's collectives under NCCL Inspector's names (CollCollector),
 // /counters as the snapshot's JSON (metrics.Snapshot), / a page that
 // links both. A /metrics scrape whose snapshot fails still answers, with
 // ibex_up 0; /counters answers 503 with the error.
 func Handler(src Source) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(src),
+	reg.MustRegister(NewCollector(src), NewCollCollector(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
