@@ -14,6 +14,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/daemon"
 	"github.com/ibex-rdma/ibex/metrics"
+	"github.com/ibex-rdma/ibex/verbs"
 )
 
 // TestConfigMetrics: the metrics field is a host:port Prometheus can be
@@ -57,10 +58,10 @@ func TestDaemonMetrics(t *testing.T) {
 	startDaemon(t, "127.0.0.57")
 
 	a, b := openEnd(t, 4096), openEnd(t, 4096)
-	if err := a.qp.Connect(b.qp.Info(), quick); err != nil {
+	if err := a.qp.Connect(b.qp.Info(), verbs.ConnectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.qp.Connect(a.qp.Info(), quick); err != nil {
+	if err := b.qp.Connect(a.qp.Info(), verbs.ConnectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	const writes = 5
