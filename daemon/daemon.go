@@ -221,6 +221,8 @@ func (d *Daemon) Status() ibexdwire.Status {
 		ds := ibexdwire.DeviceStatus{Name: dc.Name, Address: dc.AddrPort().String(), Mode: udp.DeviceMode(dc.Name)}
 		if c := d.devs[dc.Name]; c != nil {
 			ds.Counters, _ = c.PortCounters(1)
+			gone := c.DestroyedQPStats(1)
+			ds.Destroyed = &gone
 		}
 		st.Devices = append(st.Devices, ds)
 	}

@@ -93,8 +93,22 @@ func TestDaemonMetrics(t *testing.T) {
 	if err := json.Unmarshal([]byte(httpGet(t, "http://"+addr+"/counters")), &s); err != nil {
 		t.Fatalf("/counters: %v", err)
 	}
-	if _, ok := s.Port("udp0", 1); !ok || !strings.HasPrefix(s.Source, "daemon ") || len(s.QPs) != 2 {
-		t.Errorf("/counters: %+v, want the daemon's udp0 port and the two QPs", s)
+	p, ok := s.Port("udp0", 1)
+	if !ok || !strings.HasPrefix(s.Source, "daemon ") || len(s.QPs) != 2 {
+		t.Fatalf("/counters: %+v, want the daemon's udp0 port and the two QPs", s)
+	}
+	// The port's sums keep what the QPs counted once they are gone.
+	sent, _ := p.Value("sent_pkts")
+	if err := a.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	var after metrics.Snapshot
+	if err := json.Unmarshal([]byte(httpGet(t, "http://"+addr+"/counters")), &after); err != nil {
+		t.Fatalf("/counters: %v", err)
+	}
+	p, _ = after.Port("udp0", 1)
+	if got, _ := p.Value("sent_pkts"); len(after.QPs) != 1 || got < sent || sent < writes {
+		t.Errorf("after a QP's destroy: %d QPs, port sent_pkts %d, before %d (want it kept)", len(after.QPs), got, sent)
 	}
 }
 

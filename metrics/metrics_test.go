@@ -410,7 +410,8 @@ func TestUDP(t *testing.T) {
 func TestFromStatus(t *testing.T) {
 	st := ibexdwire.Status{Socket: "/s.sock",
 		Devices: []ibexdwire.DeviceStatus{{Name: "udp0", Counters: []verbs.PortCounter{
-			{Name: "PortXmitPkts", Value: 100}, {Name: "PortXmitDiscards", Value: 3}, {Name: "ICRCErrors", Value: 2}}},
+			{Name: "PortXmitPkts", Value: 100}, {Name: "PortXmitDiscards", Value: 3}, {Name: "ICRCErrors", Value: 2}},
+			Destroyed: &verbs.QPStats{PktsSent: 20, RetryExceeded: 2}},
 			{Name: "udp1"}},
 		Clients: []ibexdwire.ClientStatus{
 			{PID: 7, Device: "udp0", QPs: []ibexdwire.QPStatus{{QPN: 0x20, State: "RTS", Stats: verbs.QPStats{PktsSent: 5, Retries: 1, SeqNaksRecv: 2}}}},
@@ -427,7 +428,8 @@ func TestFromStatus(t *testing.T) {
 	if !ok {
 		t.Fatal("no udp0/1")
 	}
-	for n, want := range map[string]uint64{"sent_pkts": 12, "retry_exceeded_err": 1, "send_err": 3, "PortXmitPkts": 100,
+	// The sums: the live QPs' and those of the QPs destroyed before.
+	for n, want := range map[string]uint64{"sent_pkts": 32, "retry_exceeded_err": 3, "send_err": 3, "PortXmitPkts": 100,
 		"PortUnicastXmitPkts": 100, "ICRCErrors": 2, "SymbolErrorCounter": 0} {
 		if got := value(t, p, n); got != want {
 			t.Errorf("udp0 %s = %d, want %d", n, got, want)

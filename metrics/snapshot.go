@@ -157,6 +157,10 @@ func FromStatus(st ibexdwire.Status) Snapshot {
 		if sum == nil {
 			sum = &verbs.QPStats{}
 		}
+		if d.Destroyed != nil {
+			// The QPs gone with the processes that detached still count.
+			sum.Add(d.Destroyed)
+		}
 		pma, extra := pmaOf(d.Counters, 0)
 		s.Ports = append(s.Ports, portOf(d.Name, 1, pma, extra, sum))
 	}

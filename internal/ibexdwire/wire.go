@@ -140,6 +140,10 @@ type DeviceStatus struct {
 	Address  string              `json:"address"`
 	Mode     string              `json:"mode"` // "af_xdp" or "socket"
 	Counters []verbs.PortCounter `json:"counters"`
+	// Destroyed sums the last counters of the device's QPs destroyed
+	// since the daemon started (verbs.Context.DestroyedQPStats), so that
+	// sums over its QPs do not drop when a process detaches.
+	Destroyed *verbs.QPStats `json:"destroyed_qps,omitempty"`
 }
 
 // ClientStatus is one attached process.
