@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -219,6 +221,9 @@ type k8sObject struct {
 			} `yaml:"rollingUpdate"`
 		} `yaml:"updateStrategy"`
 		Template struct {
+			Metadata struct {
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"metadata"`
 			Spec podSpec `yaml:"spec"`
 		} `yaml:"template"`
 	} `yaml:"spec"`
@@ -240,11 +245,15 @@ type toleration struct {
 }
 
 type k8sContainer struct {
-	Name            string   `yaml:"name"`
-	Image           string   `yaml:"image"`
-	Command         []string `yaml:"command"`
-	Args            []string `yaml:"args"`
-	Env             []envVar `yaml:"env"`
+	Name    string   `yaml:"name"`
+	Image   string   `yaml:"image"`
+	Command []string `yaml:"command"`
+	Args    []string `yaml:"args"`
+	Env     []envVar `yaml:"env"`
+	Ports   []struct {
+		Name          string `yaml:"name"`
+		ContainerPort int    `yaml:"containerPort"`
+	} `yaml:"ports"`
 	SecurityContext struct {
 		Privileged   *bool `yaml:"privileged"`
 		Capabilities struct {
@@ -385,6 +394,26 @@ func TestDaemonSet(t *testing.T) {
 	want := []string{"ibex", "daemon", "status", "--socket", cfg.Socket}
 	if got := c.LivenessProbe.Exec.Command; !slices.Equal(got, want) {
 		t.Errorf("livenessProbe command %q, want %q", got, want)
+	}
+
+	// Prometheus: the config's metrics port is the container's port named
+	// metrics and the one the pod's scrape annotations give.
+	_, port, err := net.SplitHostPort(cfg.Metrics)
+	if err != nil {
+		t.Fatalf("the config's metrics %q: %v (the daemon would serve no metrics)", cfg.Metrics, err)
+	}
+	named := ""
+	for _, p := range c.Ports {
+		if p.Name == "metrics" {
+			named = strconv.Itoa(p.ContainerPort)
+		}
+	}
+	if named != port {
+		t.Errorf("container port named metrics %q, want the config's metrics port %s", named, port)
+	}
+	a := ds.Spec.Template.Metadata.Annotations
+	if a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != port || a["prometheus.io/path"] != "/metrics" {
+		t.Errorf("pod annotations %v, want prometheus.io/scrape true, port %s, path /metrics", a, port)
 	}
 }
 
