@@ -15,7 +15,6 @@ import (
 
 	"github.com/ibex-rdma/ibex/daemon"
 	"github.com/ibex-rdma/ibex/internal/pcap"
-	"github.com/ibex-rdma/ibex/provider/ibexd"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -29,7 +28,7 @@ const captureAddr = "127.0.0.66"
 // TestCapture runs `ibex capture` against a real daemon while two QPs of
 // this process, attached to it, WRITE to each other through its udp0.
 func TestCapture(t *testing.T) {
-	sock := startCaptureDaemon(t)
+	sock := startDaemonAt(t, captureAddr, "IBEX_DAEMON=off").socket
 	t.Setenv("IBEX_DAEMON_SOCKET", sock)
 	env := []string{"IBEX_DAEMON_SOCKET=" + sock}
 	a, b := statEnds(t)
@@ -247,51 +246,4 @@ func statEnds(t *testing.T) (a, b *statEnd) {
 		t.Fatal(err)
 	}
 	return a, b
-}
-
-// startCaptureDaemon runs `ibex daemon` on a socket of its own with udp0
-// on captureAddr and waits until it answers; the cleanup stops it with
-// SIGTERM and checks it exits 0.
-func startCaptureDaemon(t *testing.T) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "ibexd.sock")
-	out := &syncBuffer{}
-	cmd := ibexCmd(context.Background(), []string{"IBEX_UDP_ADDR=" + captureAddr, "IBEX_DAEMON=off"}, "daemon", "--socket", sock)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	ready := false
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-done:
-			if ready && err != nil {
-				t.Errorf("ibex daemon after SIGTERM: %v:\n%s", err, out.String())
-			}
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("ibex daemon still running a minute after SIGTERM:\n%s", out.String())
-		}
-	})
-	deadline := time.Now().Add(time.Minute)
-	for {
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("ibex daemon exited (%v):\n%s", err, out.String())
-		default:
-		}
-		if _, err := ibexd.QueryStatus(sock, time.Second); err == nil {
-			ready = true
-			return sock
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ibex daemon does not answer after a minute:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
 }

@@ -36,11 +36,16 @@ type testDaemon struct {
 // startDaemon runs `ibex daemon --socket DIR/s.sock` with udp0 on
 // daemonAddr and waits until `ibex daemon status` answers. The cleanup
 // stops it with SIGTERM and checks that it exits 0.
-func startDaemon(t *testing.T) testDaemon {
+func startDaemon(t *testing.T) testDaemon { return startDaemonAt(t, daemonAddr) }
+
+// startDaemonAt is startDaemon with udp0 on addr (each test file that
+// needs a daemon has an address of its own) and env added to the
+// daemon's environment.
+func startDaemonAt(t *testing.T, addr string, env ...string) testDaemon {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	out := &syncBuffer{}
-	cmd := ibexCmd(context.Background(), []string{"IBEX_UDP_ADDR=" + daemonAddr}, "daemon", "--socket", sock)
+	cmd := ibexCmd(context.Background(), append([]string{"IBEX_UDP_ADDR=" + addr}, env...), "daemon", "--socket", sock)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

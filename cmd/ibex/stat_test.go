@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -293,60 +292,14 @@ func TestStatNoDaemon(t *testing.T) {
 	}
 }
 
-// startStatDaemon runs `ibex daemon` on a socket of its own with udp0 on
-// statAddr, and waits until it answers; the cleanup stops it with SIGTERM
-// and checks it exits 0.
-func startStatDaemon(t *testing.T) (sock string, pid int) {
-	t.Helper()
-	sock = filepath.Join(t.TempDir(), "ibexd.sock")
-	out := &syncBuffer{}
-	cmd := ibexCmd(context.Background(), []string{"IBEX_UDP_ADDR=" + statAddr, "IBEX_DAEMON=off"}, "daemon", "--socket", sock)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	ready := false
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-done:
-			if ready && err != nil {
-				t.Errorf("ibex daemon after SIGTERM: %v:\n%s", err, out.String())
-			}
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("ibex daemon still running a minute after SIGTERM:\n%s", out.String())
-		}
-	})
-	deadline := time.Now().Add(time.Minute)
-	for {
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("ibex daemon exited (%v):\n%s", err, out.String())
-		default:
-		}
-		if _, _, code := runMainWithin(t, 30*time.Second, nil, "daemon", "status", "--socket", sock); code == 0 {
-			ready = true
-			return sock, cmd.Process.Pid
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ibex daemon does not answer after a minute:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
-}
-
 // TestStatDaemon: with a real daemon and two QPs of this process attached
 // to it that moved WRITEs, ibex stat shows the device's packets
 // (PortXmitPkts), the QPs with this process's PID, a port sent_pkts that is
 // the sum of its QPs', and a QP's sent_pkts at least what its own process
 // counted; -w prints a second sample; --json is the daemon's snapshot.
 func TestStatDaemon(t *testing.T) {
-	sock, daemonPID := startStatDaemon(t)
+	d := startDaemonAt(t, statAddr, "IBEX_DAEMON=off")
+	sock, daemonPID := d.socket, d.pid
 	t.Setenv("IBEX_DAEMON_SOCKET", sock)
 	t.Setenv("IBEX_DAEMON", "")
 	a, b := statPair(t, "ibexd/udp0", 5)
