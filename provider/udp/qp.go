@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 
 	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/rc"
@@ -21,6 +22,11 @@ type qpDriver struct {
 	dev   *device
 	qp    driver.QP
 	works []driver.SendWork // the copy of request ssn is works[ssn%len]
+	// halted is set by StateChanged to RESET or ERR before the command is
+	// queued, and cleared by the loop when it builds the next engine: the
+	// loop takes no packet for the QP from the moment Modify returns, even
+	// in a pass that has not seen the command yet.
+	halted atomic.Bool
 
 	// Loop-owned.
 	eng       *rc.Conn
@@ -44,6 +50,9 @@ func (q *qpDriver) Issue(w *driver.SendWQE) {
 // StateChanged hands the change to the loop; it never blocks, because the
 // loop itself causes some (an error completion moves the QP to ERR).
 func (q *qpDriver) StateChanged(from, to verbs.QPState, attr verbs.QPAttr) {
+	if to == verbs.QPSReset || to == verbs.QPSErr {
+		q.halted.Store(true)
+	}
 	q.dev.post(cmd{kind: cmdState, q: q, from: from, to: to, attr: attr})
 }
 
@@ -98,6 +107,7 @@ func (q *qpDriver) state(d *device, from, to verbs.QPState, a verbs.QPAttr) {
 			return
 		}
 		q.eng, q.dropAfter, q.seen = eng, false, rc.Stats{}
+		q.halted.Store(false)
 	case verbs.QPSRTS:
 		if q.eng == nil {
 			return

@@ -118,7 +118,9 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, ce b
 		q = d.qps[wp.BTH.DestQP]
 		d.lastQPN, d.lastQP = wp.BTH.DestQP, q
 	}
-	if q == nil || q.eng == nil {
+	if q == nil || q.eng == nil || q.dropAfter || q.halted.Load() {
+		// No QP, or one that takes no packet: not yet in RTR, or in
+		// RESET or ERR (which drop what arrives, as rxe does).
 		d.ctrs.unknownQP.Add(1)
 		return
 	}
