@@ -156,10 +156,15 @@ type Stats struct {
 	OutOfSequence            uint64 // requests beyond the expected PSN
 	AcksSent, AcksRecv       uint64
 	Dropped                  uint64 // packets dropped as invalid or unexpected
-	CNPsSent, CNPsRecv       uint64 // RoCEv2 congestion notifications
-	ECNMarked                uint64 // packets received with ECN CE
-	WindowCuts               uint64 // send window reductions (timeout, NAK, CNP, CE)
-	Paced                    uint64 // retransmissions the Pacer held back for later
+	// OutOfWindow counts ACKs, NAKs and responses ignored because their
+	// PSN is outside the requester's outstanding window: older than the
+	// oldest unacknowledged PSN (an ACK one older is a duplicate, allowed)
+	// or not yet sent. Stale copies or forgeries; they change nothing.
+	OutOfWindow        uint64
+	CNPsSent, CNPsRecv uint64 // RoCEv2 congestion notifications
+	ECNMarked          uint64 // packets received with ECN CE
+	WindowCuts         uint64 // send window reductions (timeout, NAK, CNP, CE)
+	Paced              uint64 // retransmissions the Pacer held back for later
 }
 
 // Conn is the engine of one RC QP: requester, completer and responder.

@@ -256,9 +256,12 @@ func (r *requester) poll(now int64, pkt *Packet, buf []byte) bool {
 func (r *requester) receive(now int64, pkt *Packet) {
 	p := pkt.PSN
 	// A response must name a PSN that was sent and is not older than the
-	// oldest unacknowledged one minus one (a duplicate ACK).
+	// oldest unacknowledged one minus one (a duplicate ACK, which acts on
+	// nothing). Anything else is stale or forged: counted and ignored, it
+	// completes, fails and retries nothing (rxe_comp.c's check_psn drops
+	// responses outside the outstanding range too).
 	if ib.PSNDiff(p, r.sentEnd) >= 0 || ib.PSNDiff(p, r.una) < -1 {
-		r.c.st.Dropped++
+		r.c.st.OutOfWindow++
 		return
 	}
 	switch pkt.Opcode {
@@ -266,6 +269,12 @@ func (r *requester) receive(now int64, pkt *Packet) {
 		switch s := pkt.Syndrome; {
 		case s&synReserved != 0:
 			r.c.st.Dropped++
+		case !s.IsACK() && ib.PSNDiff(p, r.una) < 0:
+			// A NAK names the PSN that failed or is expected next, which is
+			// never one already acknowledged: a NAK at una-1 is stale or
+			// forged, and an error NAK there would fail the oldest request
+			// (possibly one not even sent yet).
+			r.c.st.OutOfWindow++
 		case s.IsACK():
 			r.c.st.AcksRecv++
 			r.ackUpTo(now, p)
