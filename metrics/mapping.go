@@ -44,7 +44,8 @@ import (
 //     do.
 //   - VL15Dropped: 0; ibex has no subnet management agent and no VL15.
 //
-// The provider's counters with no PMA name (udp's ICRCErrors, UnknownQP)
+// The provider's counters with no PMA name (udp's ICRCErrors, UnknownQP,
+// SrcAddrErrors: RC packets not from the QP's peer, dropped)
 // are in Port.Extra.
 var PortNames = []string{
 	"SymbolErrorCounter",

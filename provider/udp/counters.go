@@ -11,10 +11,15 @@ import (
 type PortCounters struct {
 	PortXmitData, PortRcvData uint64
 	PortXmitPkts, PortRcvPkts uint64
-	PortRcvErrors             uint64 // malformed packets and bad ICRCs
+	PortRcvErrors             uint64 // malformed packets, bad ICRCs, packets not from the QP's peer
 	ICRCErrors                uint64
 	UnknownQP                 uint64 // packets for a QP that is not here or not ready
-	PortXmitDiscards          uint64 // datagrams the socket refused
+	// SrcAddrErrors counts RC packets (and CNPs) for a QP of the device
+	// whose source IP address is not the QP's peer (the DGID set at RTR):
+	// dropped, as rxe's check_addr drops them. PortRcvErrors counts them
+	// too. rxe has no counter of its own for them; this is ibex's.
+	SrcAddrErrors    uint64
+	PortXmitDiscards uint64 // datagrams the socket refused
 	// PortXmitWait counts the times a transmit found no room and waited
 	// for it: a UDP socket's send buffer full (EAGAIN), an AF_XDP socket
 	// without a free TX chunk. IBA counts ticks without link credits; a
@@ -25,6 +30,7 @@ type PortCounters struct {
 type counters struct {
 	xmitData, rcvData, xmitPkts, rcvPkts, rcvErrors, icrcErrors, unknownQP, xmitDiscards atomic.Uint64
 	xmitWait                                                                             atomic.Uint64 // only where a transmit waits
+	srcAddrErrors                                                                        atomic.Uint64
 
 	// Not port counters: how the datagrams crossed the socket (the
 	// batchConn counts the messages sent and the system calls).
@@ -45,7 +51,7 @@ func (d *device) counters() PortCounters {
 		PortXmitData: c.xmitData.Load() / 4, PortRcvData: c.rcvData.Load() / 4,
 		PortXmitPkts: c.xmitPkts.Load(), PortRcvPkts: c.rcvPkts.Load(), PortRcvErrors: c.rcvErrors.Load(),
 		ICRCErrors: c.icrcErrors.Load(), UnknownQP: c.unknownQP.Load(), PortXmitDiscards: c.xmitDiscards.Load(),
-		PortXmitWait: c.xmitWait.Load(),
+		PortXmitWait: c.xmitWait.Load(), SrcAddrErrors: c.srcAddrErrors.Load(),
 	}
 }
 
@@ -70,5 +76,6 @@ func (drv *opened) PortCounters(port uint8) []verbs.PortCounter {
 		{Name: "PortRcvErrors", Value: c.PortRcvErrors}, {Name: "PortXmitDiscards", Value: c.PortXmitDiscards},
 		{Name: "PortXmitWait", Value: c.PortXmitWait},
 		{Name: "ICRCErrors", Value: c.ICRCErrors}, {Name: "UnknownQP", Value: c.UnknownQP},
+		{Name: "SrcAddrErrors", Value: c.SrcAddrErrors},
 	}
 }

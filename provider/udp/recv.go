@@ -124,6 +124,18 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, ce b
 		d.ctrs.unknownQP.Add(1)
 		return
 	}
+	if src.Addr().Unmap() != q.peer.Addr() {
+		// Not from the QP's peer (rxe_recv.c's check_addr compares the
+		// source with the QP's address vector too): an impersonation or
+		// a stray. The destination needs no check here: the socket or
+		// the XDP program takes only datagrams to the device's address,
+		// and the ICRC was checked against it. The source port is not
+		// compared: peers pick one per QP (wire.SourcePort) or send from
+		// their bound port.
+		d.ctrs.srcAddrErrors.Add(1)
+		d.ctrs.rcvErrors.Add(1)
+		return
+	}
 	rcwire.FromWire(wp, pkt)
 	pkt.CE = ce // ECN Congestion Experienced: the responder answers with a CNP
 	if wp.BTH.AckReq && !wp.BTH.Opcode.Has(ib.MaskResponse) && (len(d.acks) == 0 || d.acks[len(d.acks)-1] != q) && len(d.acks) < cap(d.acks) {
