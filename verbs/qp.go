@@ -78,6 +78,8 @@ type QP struct {
 	// completions keep posting order.
 	respMu sync.Mutex
 
+	heldQPN uint32 // the number reserved in qpns (0: none); a provider may renumber (qpNumberer)
+
 	// Lock-free copies for providers' fast paths.
 	destQPN atomic.Uint32 // attr.DestQPN
 	dead    atomic.Bool   // destroyed
@@ -86,17 +88,47 @@ type QP struct {
 	ctr qpCounters
 }
 
-var qpnCounter atomic.Uint32
+// QP numbers are random 24-bit numbers (never 0 or 1, which IBA reserves
+// for the SMI and GSI QPs), unique among the live QPs of the process: a
+// linear counter told an attacker on the network which QPNs were live and
+// which came next (ReDMArk's "linear QPNs"). Like the rkeys they come from
+// crypto/rand.
+var qpns = struct {
+	sync.Mutex
+	live map[uint32]struct{}
+}{live: map[uint32]struct{}{}}
 
-func init() { qpnCounter.Store(0x10) }
-
-func nextQPN() uint32 {
+// allocQPN reserves a random free QP number.
+func allocQPN() uint32 {
+	qpns.Lock()
+	defer qpns.Unlock()
 	for {
-		n := qpnCounter.Add(1) & 0xffffff
-		if n > 1 {
+		n := randKey() & 0xffffff
+		if _, used := qpns.live[n]; n > 1 && !used {
+			qpns.live[n] = struct{}{}
 			return n
 		}
 	}
+}
+
+// holdQPN reserves number n (a QP restored with the number it had, see
+// QPInitAttr.QPN) and reports whether it was free: a number live in this
+// process already (a handover's old and new owner in one test process) is
+// used as asked, but not reserved twice.
+func holdQPN(n uint32) bool {
+	qpns.Lock()
+	defer qpns.Unlock()
+	if _, used := qpns.live[n]; used {
+		return false
+	}
+	qpns.live[n] = struct{}{}
+	return true
+}
+
+func freeQPN(n uint32) {
+	qpns.Lock()
+	delete(qpns.live, n)
+	qpns.Unlock()
 }
 
 // CreateQP creates an RC QP in RESET.
@@ -144,7 +176,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		_ = c.count(&c.nqp, -1, 0, "create qp")
 		return nil, fmt.Errorf("create qp: %w", err)
 	}
-	num := nextQPN()
+	var num, held uint32
 	if init.QPN != 0 {
 		if init.QPN > 0xffffff || init.QPN < 2 {
 			_ = pd.use(0, -1)
@@ -152,18 +184,17 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 			return nil, errorf(ErrInvalidArgument, "create qp: qp_num %#x: QP numbers are 2..0xffffff", init.QPN)
 		}
 		num = init.QPN
-		// New numbers continue after the restored ones.
-		for {
-			cur := qpnCounter.Load()
-			if cur&0xffffff >= num || qpnCounter.CompareAndSwap(cur, num) {
-				break
-			}
+		if holdQPN(num) {
+			held = num
 		}
+	} else {
+		num = allocQPN()
+		held = num
 	}
 	_ = init.SendCQ.attach(1)
 	_ = init.RecvCQ.attach(1)
 	qp := &QP{
-		ctx: c, pd: pd, num: num, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
+		ctx: c, pd: pd, num: num, heldQPN: held, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
 		cap: cp, sigAll: init.SigAll, initPSN: randKey() & 0xffffff,
 	}
 	qp.sq.init(cp.MaxSendWR, cp.MaxSendSGE, cp.MaxInlineData)
@@ -203,6 +234,10 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 }
 
 func (qp *QP) release() {
+	if qp.heldQPN != 0 {
+		freeQPN(qp.heldQPN)
+		qp.heldQPN = 0
+	}
 	_ = qp.sendCQ.attach(-1)
 	_ = qp.recvCQ.attach(-1)
 	_ = qp.pd.use(0, -1)
