@@ -111,6 +111,9 @@ func waitWC(t testing.TB, cq *verbs.CQ) verbs.WC {
 // parent's MR at slot×64, print "done STATUS", then stay attached until
 // stdin closes.
 func appChild(role string) int {
+	if role == "tenant" {
+		return tenantChild()
+	}
 	if role != "peer" {
 		fmt.Fprintln(os.Stderr, "unknown app role", role)
 		return 2
@@ -160,11 +163,12 @@ func (tbStub) Fatalf(format string, args ...any) {
 
 // peerProc is a "peer" child.
 type peerProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
-	info  peerInfo
-	exit  chan error
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bufio.Reader
+	info   peerInfo
+	exit   chan error
+	closed bool
 }
 
 func startPeer(t *testing.T) *peerProc {

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ibex-rdma/ibex/internal/ibexdwire"
 	"github.com/ibex-rdma/ibex/internal/shmem"
 	"github.com/ibex-rdma/ibex/verbs"
@@ -27,6 +25,8 @@ type client struct {
 	d       *Daemon
 	conn    *net.UnixConn
 	pid     int
+	who     Identity // what the kernel says of the process
+	tenant  *tenant
 	command string
 	device  string
 	ctx     *verbs.Context
@@ -112,20 +112,6 @@ func (d *Daemon) serveConn(ctx context.Context, conn *net.UnixConn) {
 	c.serve(buf)
 }
 
-func peerPID(conn *net.UnixConn) int {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return 0
-	}
-	pid := 0
-	_ = raw.Control(func(fd uintptr) {
-		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-			pid = int(cred.Pid)
-		}
-	})
-	return pid
-}
-
 func (d *Daemon) attach(ctx context.Context, conn *net.UnixConn, req *ibexdwire.Request) (*client, error) {
 	if req.Version != ibexdwire.Version {
 		return nil, fmt.Errorf("hello: protocol version %d, this daemon speaks %d: %w", req.Version, ibexdwire.Version, verbs.ErrUnsupported)
@@ -138,12 +124,20 @@ func (d *Daemon) attach(ctx context.Context, conn *net.UnixConn, req *ibexdwire.
 		}
 		return nil, fmt.Errorf("hello: no device %q (this daemon owns %v): %w", req.Device, names, verbs.ErrInvalidArgument)
 	}
+	who, err := peerIdentity(conn)
+	if err != nil {
+		return nil, fmt.Errorf("hello: who is attaching: %w", err)
+	}
+	t, err := d.tenantOf(who)
+	if err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
 	vctx, err := verbs.Open("udp/" + req.Device)
 	if err != nil {
 		return nil, fmt.Errorf("hello: %w", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	c := &client{d: d, conn: conn, pid: peerPID(conn), device: req.Device, ctx: vctx, eng: d.engineFor(), cancel: cancel,
+	c := &client{d: d, conn: conn, pid: who.PID, who: who, tenant: t, device: req.Device, ctx: vctx, eng: d.engineFor(), cancel: cancel,
 		serveDone: make(chan struct{}), pds: map[uint32]*verbs.PD{}, segs: map[uint32]*segment{},
 		mrs: map[uint32]*mrEntry{}, cqs: map[uint32]*cqEntry{}, qps: map[uint32]*qpEntry{}}
 	c.command = commandOf(c.pid)
@@ -291,13 +285,17 @@ func (c *client) detachAs(why error, hostile bool) {
 // teardown destroys the process's objects (c.mu held, engine stopped).
 func (c *client) teardown() {
 	for n, q := range c.qps {
+		c.d.qpGone(n)
 		_ = q.qp.Destroy()
 		q.seg.Close()
 		delete(c.qps, n)
+		c.tenant.give(resQP, 1)
 	}
 	for n, m := range c.mrs {
 		_ = m.mr.Dereg()
 		delete(c.mrs, n)
+		c.tenant.give(resMR, 1)
+		c.tenant.give(resMemory, uint64(m.mr.Len()))
 	}
 	for n, q := range c.cqs {
 		if q.cancel != nil {
@@ -306,6 +304,7 @@ func (c *client) teardown() {
 		_ = q.cq.Destroy()
 		q.seg.Close()
 		delete(c.cqs, n)
+		c.tenant.give(resCQ, 1)
 	}
 	for n, pd := range c.pds {
 		_ = pd.Dealloc()
@@ -322,7 +321,7 @@ func (c *client) teardown() {
 func (c *client) status() ibexdwire.ClientStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cs := ibexdwire.ClientStatus{PID: c.pid, Command: c.command, Device: c.device, MRs: len(c.mrs),
+	cs := ibexdwire.ClientStatus{PID: c.pid, UID: c.who.UID, GID: c.who.GID, Cgroup: c.who.Cgroup, Tenant: c.tenant.name, Command: c.command, Device: c.device, MRs: len(c.mrs),
 		MRBytes: c.memBytes, CQs: len(c.cqs), Posted: c.posted.Load(), Comps: c.completed.Load()}
 	for _, q := range c.qps {
 		a := q.qp.Query()

@@ -30,6 +30,12 @@ type Config struct {
 	Limits  Limits         `yaml:"limits"`
 	Poll    Poll           `yaml:"poll"`
 	Metrics string         `yaml:"metrics"` // host:port to serve Prometheus's /metrics on (metrics.go); default "": none
+	// Tenants map attaching processes to tenants (tenantconfig.go); none:
+	// every process is in one implicit tenant with no quotas beyond Limits.
+	Tenants []TenantConfig `yaml:"tenants,omitempty"`
+	// DefaultTenant names the tenant of processes no tenant matches;
+	// default "": such a process is refused at attach.
+	DefaultTenant string `yaml:"default_tenant,omitempty"`
 }
 
 // DeviceConfig is one network device ibexd owns: a RoCEv2 device of
@@ -202,6 +208,7 @@ func (c *Config) validate(lines map[string]int) error {
 	v.duration("poll.spin", &c.Poll.Spin, defaultSpin)
 	v.duration("poll.max_sleep", &c.Poll.MaxSleep, defaultMaxSleep)
 	validateMetrics(v, c.Metrics)
+	c.validateTenants(v)
 	return errors.Join(v.errs...)
 }
 
@@ -456,12 +463,14 @@ func (e *fieldError) Unwrap() error { return ErrConfig }
 // would mean using yaml here other than through yamlfield.
 // TestConfigFileMirrorsConfig keeps the two in step.
 type configFile struct {
-	Socket  string         `yaml:"socket"`
-	Cores   []int          `yaml:"cores"`
-	Devices []DeviceConfig `yaml:"devices"`
-	Limits  Limits         `yaml:"limits"`
-	Poll    pollFile       `yaml:"poll"`
-	Metrics string         `yaml:"metrics"`
+	Socket        string         `yaml:"socket"`
+	Cores         []int          `yaml:"cores"`
+	Devices       []DeviceConfig `yaml:"devices"`
+	Limits        Limits         `yaml:"limits"`
+	Poll          pollFile       `yaml:"poll"`
+	Metrics       string         `yaml:"metrics"`
+	Tenants       []TenantConfig `yaml:"tenants,omitempty"`
+	DefaultTenant string         `yaml:"default_tenant,omitempty"`
 }
 
 type pollFile struct {
@@ -477,6 +486,7 @@ func (f *configFile) config() Config {
 		Limits:  f.Limits,
 		Poll:    Poll{Spin: Duration(f.Poll.Spin), MaxSleep: Duration(f.Poll.MaxSleep)},
 		Metrics: f.Metrics,
+		Tenants: f.Tenants, DefaultTenant: f.DefaultTenant,
 	}
 }
 
@@ -494,6 +504,7 @@ var configSchema = yamlfield.Schema{
 	Types: []reflect.Type{
 		reflect.TypeFor[configFile](), reflect.TypeFor[DeviceConfig](),
 		reflect.TypeFor[Limits](), reflect.TypeFor[pollFile](),
+		reflect.TypeFor[TenantConfig](), reflect.TypeFor[TenantMatch](), reflect.TypeFor[Quotas](),
 	},
 	Words: map[string]string{
 		"time.Duration": "a duration such as 50us or 1ms",

@@ -46,6 +46,12 @@ type Daemon struct {
 	started time.Time
 	devs    map[string]*verbs.Context // one context per device keeps it open
 	engines []*engine
+	tenants map[string]*tenant // by name; fixed after New
+	gids    []verbs.GID        // the devices' port GIDs
+	// qpTenant maps the number of every QP the daemon serves to its
+	// tenant (uint32 -> *tenant): a QP may connect to a QP of this
+	// daemon only if it is its own tenant's.
+	qpTenant sync.Map
 
 	mu       sync.Mutex
 	clients  map[*client]struct{}
@@ -71,7 +77,7 @@ func New(cfg Config) (*Daemon, error) {
 			return nil, fmt.Errorf("ibexd: cores %v: %w", cfg.Cores, err)
 		}
 	}
-	d := &Daemon{cfg: cfg, started: time.Now(), devs: map[string]*verbs.Context{}, clients: map[*client]struct{}{}, handedOver: make(chan bool, 1)}
+	d := &Daemon{cfg: cfg, started: time.Now(), devs: map[string]*verbs.Context{}, tenants: tenantsOf(&cfg), clients: map[*client]struct{}{}, handedOver: make(chan bool, 1)}
 	for i, dc := range cfg.Devices {
 		if err := udp.SetDevice(dc.Name, dc.AddrPort(), dc.XDP); err != nil {
 			d.closeDevices()
@@ -83,6 +89,9 @@ func New(cfg Config) (*Daemon, error) {
 			return nil, fmt.Errorf("ibexd: devices[%d] %s on %v: %w", i, dc.Name, dc.AddrPort(), err)
 		}
 		d.devs[dc.Name] = c
+		if pa, err := c.QueryPort(1); err == nil {
+			d.gids = append(d.gids, pa.GID)
+		}
 	}
 	if err := d.startEngines(); err != nil {
 		d.closeDevices()
@@ -204,14 +213,35 @@ func (d *Daemon) add(c *client) error {
 		return fmt.Errorf("limits.max_clients: %d processes already attached: %w", len(d.clients), verbs.ErrLimit)
 	}
 	d.clients[c] = struct{}{}
+	c.tenant.mu.Lock()
+	c.tenant.clients++
+	c.tenant.mu.Unlock()
 	return nil
 }
 
 func (d *Daemon) remove(c *client) {
 	d.mu.Lock()
-	delete(d.clients, c)
+	if _, ok := d.clients[c]; ok {
+		delete(d.clients, c)
+		c.tenant.mu.Lock()
+		c.tenant.clients--
+		c.tenant.mu.Unlock()
+	}
 	d.mu.Unlock()
 }
+
+// tenantOf is the tenant the config gives a process, or an error saying
+// why it is refused.
+func (d *Daemon) tenantOf(who Identity) (*tenant, error) {
+	name, ok := d.cfg.TenantOf(who)
+	if !ok {
+		return nil, fmt.Errorf("%v matches no tenant and the config names no default_tenant: %w", who, ErrRefused)
+	}
+	return d.tenants[name], nil
+}
+
+// qpGone forgets a QP's tenant (the QP is being destroyed).
+func (d *Daemon) qpGone(qpn uint32) { d.qpTenant.Delete(qpn) }
 
 // Status is what `ibex daemon status` shows.
 func (d *Daemon) Status() ibexdwire.Status {
@@ -235,7 +265,22 @@ func (d *Daemon) Status() ibexdwire.Status {
 	for _, c := range cs {
 		st.Clients = append(st.Clients, c.status())
 	}
+	for _, tc := range d.tenantNames() {
+		st.Tenants = append(st.Tenants, d.tenants[tc].status())
+	}
 	return st
+}
+
+// tenantNames lists the tenants in the config's order.
+func (d *Daemon) tenantNames() []string {
+	if len(d.cfg.Tenants) == 0 {
+		return []string{ImplicitTenant}
+	}
+	names := make([]string, len(d.cfg.Tenants))
+	for i := range d.cfg.Tenants {
+		names[i] = d.cfg.Tenants[i].Name
+	}
+	return names
 }
 
 // Close stops a daemon whose Serve has not been called.

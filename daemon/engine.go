@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -69,6 +70,7 @@ func (e *cqEntry) stop() {
 // qpEntry is a daemon QP and the process's send and receive rings.
 type qpEntry struct {
 	pd       uint32 // the process's id of the QP's PD
+	tenant   *tenant
 	qp       *verbs.QP
 	seg      *shmem.Segment
 	rqOff    int
@@ -257,6 +259,13 @@ func (q *qpEntry) pumpSQ() (int, error) {
 				sgl[j] = verbs.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
 			}
 			wr.SGL = sgl
+		}
+	}
+	if q.tenant != nil && q.tenant.bucket != nil {
+		// The tenant's rate: what the bucket does not let through
+		// stays in the ring (not released) for a later pass.
+		if k = q.tenant.bucket.admit(q.swrs[:k], time.Now()); k == 0 {
+			return 0, nil
 		}
 	}
 	done := 0

@@ -423,7 +423,8 @@ func restore(cfg Config, hs *handoverState, fds []int) (_ *Daemon, err error) {
 		}
 	}()
 	cfg.Devices = hs.Devices // the devices the processes use, whatever this config says
-	d := &Daemon{cfg: cfg, started: hs.Started, devs: map[string]*verbs.Context{}, clients: map[*client]struct{}{}, handedOver: make(chan bool, 1)}
+	d := &Daemon{cfg: cfg, started: hs.Started, devs: map[string]*verbs.Context{}, tenants: tenantsOf(&cfg),
+		clients: map[*client]struct{}{}, handedOver: make(chan bool, 1)}
 	d.detached.Store(hs.Detached)
 	lfd, err := take(hs.Listener)
 	if err != nil {
@@ -466,6 +467,9 @@ func restore(cfg Config, hs *handoverState, fds []int) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("devices[%d] %s: %w", i, dc.Name, err)
 		}
 		d.devs[dc.Name] = vc
+		if pa, err := vc.QueryPort(1); err == nil {
+			d.gids = append(d.gids, pa.GID)
+		}
 	}
 	for i := range hs.Clients {
 		c, err := d.restoreClient(&hs.Clients[i], take)
@@ -476,6 +480,7 @@ func restore(cfg Config, hs *handoverState, fds []int) (_ *Daemon, err error) {
 			continue
 		}
 		d.clients[c] = struct{}{}
+		c.tenant.clients++
 	}
 	return d, nil
 }
@@ -498,13 +503,25 @@ func (d *Daemon) restoreClient(hc *handoverClient, take func(int) (int, error)) 
 		conn.Close()
 		return nil, fmt.Errorf("engine %d of %d", hc.Engine, len(d.engines))
 	}
+	// The kernel says who the process is, as at its attach; this
+	// daemon's tenant policy applies to it.
+	who, err := peerIdentity(conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	t, err := d.tenantOf(who)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
 	vctx, err := verbs.Open("udp/" + hc.Device)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
 	cctx, cancel := context.WithCancel(context.Background())
-	c := &client{d: d, conn: conn, pid: hc.PID, command: hc.Command, device: hc.Device, ctx: vctx, eng: d.engines[hc.Engine], cancel: cancel,
+	c := &client{d: d, conn: conn, pid: hc.PID, who: who, tenant: t, command: hc.Command, device: hc.Device, ctx: vctx, eng: d.engines[hc.Engine], cancel: cancel,
 		serveDone: make(chan struct{}), pds: map[uint32]*verbs.PD{}, segs: map[uint32]*segment{},
 		mrs: map[uint32]*mrEntry{}, cqs: map[uint32]*cqEntry{}, qps: map[uint32]*qpEntry{}, nextID: hc.NextID, memBytes: hc.MemBytes}
 	c.posted.Store(hc.Posted)
@@ -546,6 +563,8 @@ func (d *Daemon) restoreClient(hc *handoverClient, take func(int) (int, error)) 
 		}
 		c.mrs[m.ID] = &mrEntry{mr: mr, seg: m.Seg}
 		s.nmr++
+		t.add(resMR, 1)
+		t.add(resMemory, m.Len)
 	}
 	for _, q := range hc.CQs {
 		f, err := take(q.FD)
@@ -577,6 +596,7 @@ func (d *Daemon) restoreClient(hc *handoverClient, take func(int) (int, error)) 
 		}
 		e := &cqEntry{id: q.ID, depth: q.Depth, cq: cq, seg: seg, prod: prod, wcs: make([]verbs.WC, 64), arm: make(chan struct{}, 1), backlog: q.Backlog}
 		c.cqs[q.ID] = e
+		t.add(resCQ, 1)
 	}
 	for _, hq := range hc.QPs {
 		if err := c.restoreQP(&hq, take); err != nil {
@@ -633,7 +653,10 @@ func (c *client) restoreQP(hq *handoverQP, take func(int) (int, error)) error {
 		return err
 	}
 	q.pd = hq.PD
+	q.tenant = c.tenant
 	c.qps[hq.QPN] = q
+	c.tenant.add(resQP, 1)
+	c.d.qpTenant.Store(hq.QPN, c.tenant)
 	a := hq.Attr
 	if hq.RC != nil {
 		a.RQPSN, a.SQPSN = hq.RC.RecvPSN, hq.RC.SendPSN

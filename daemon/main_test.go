@@ -107,17 +107,33 @@ func startDaemon(t testing.TB, addr string) *testDaemon { return startDaemonIn(t
 
 // startDaemonIn is startDaemon in network namespace ns ("": this one).
 func startDaemonIn(t testing.TB, ns, addr string) *testDaemon {
+	return startDaemonConfig(t, ns, addr, "")
+}
+
+// startDaemonConfig is startDaemonIn with config (YAML, "": none) as the
+// daemon's --config. The socket's directory is open to every user (as
+// /run/ibex is), so processes of other uids can attach.
+func startDaemonConfig(t testing.TB, ns, addr, config string) *testDaemon {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ibexd")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	_ = os.Chmod(dir, 0o755)
 	d := &testDaemon{sock: filepath.Join(dir, "ibexd.sock"), exit: make(chan error, 1)}
-	d.cmd = exec.Command(ibexBin, "daemon", "--socket", d.sock)
+	args := []string{ibexBin, "daemon", "--socket", d.sock}
+	if config != "" {
+		f := filepath.Join(dir, "ibexd.yaml")
+		if err := os.WriteFile(f, []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config", f)
+	}
+	d.cmd = exec.Command(args[0], args[1:]...)
 	if ns != "" {
 		// ip netns exec execs the daemon: its pid is the daemon's.
-		d.cmd = exec.Command("ip", "netns", "exec", ns, ibexBin, "daemon", "--socket", d.sock)
+		d.cmd = exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...)
 	}
 	d.cmd.Env = append(os.Environ(), "IBEX_UDP_ADDR="+addr, "IBEX_DAEMON=off")
 	d.cmd.Stderr = os.Stderr

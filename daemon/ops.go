@@ -66,6 +66,8 @@ func (c *client) handle(req *ibexdwire.Request, fds []int) (*ibexdwire.Response,
 		c.memBytes -= uint64(m.mr.Len())
 		c.segs[m.seg].nmr--
 		delete(c.mrs, req.MR)
+		c.tenant.give(resMR, 1)
+		c.tenant.give(resMemory, uint64(m.mr.Len()))
 	case ibexdwire.OpCreateCQ:
 		return c.createCQ(req)
 	case ibexdwire.OpDestroyCQ:
@@ -82,12 +84,16 @@ func (c *client) handle(req *ibexdwire.Request, fds []int) (*ibexdwire.Response,
 		c.engMu.Unlock()
 		e.stop()
 		e.seg.Close()
+		c.tenant.give(resCQ, 1)
 	case ibexdwire.OpCreateQP:
 		return c.createQP(req)
 	case ibexdwire.OpModifyQP:
 		q := c.qps[req.QPN]
 		if q == nil || req.Attr == nil {
 			return nil, -1, fmt.Errorf("modify_qp: no QP %#x or no attributes: %w", req.QPN, verbs.ErrInvalidArgument)
+		}
+		if err := c.checkModify(q.qp, req.Attr, req.Mask); err != nil {
+			return nil, -1, fmt.Errorf("modify_qp: qp %#x: %w", req.QPN, err)
 		}
 		if err := q.qp.Modify(req.Attr, req.Mask); err != nil {
 			return nil, -1, err
@@ -108,8 +114,10 @@ func (c *client) handle(req *ibexdwire.Request, fds []int) (*ibexdwire.Response,
 		delete(c.qps, req.QPN)
 		c.publishLocked()
 		c.engMu.Unlock()
+		c.d.qpGone(req.QPN)
 		_ = q.qp.Destroy()
 		q.seg.Close()
+		c.tenant.give(resQP, 1)
 	case ibexdwire.OpQPStats:
 		q := c.qps[req.QPN]
 		if q == nil {
@@ -162,8 +170,17 @@ func (c *client) regMR(req *ibexdwire.Request) (*ibexdwire.Response, int, error)
 	case c.memBytes+req.Len > c.d.cfg.MaxMemoryBytes():
 		return nil, -1, fmt.Errorf("reg_mr: %d bytes more would pass limits.max_memory (%d registered): %w", req.Len, c.memBytes, verbs.ErrLimit)
 	}
+	if err := c.tenant.take(resMR, 1); err != nil {
+		return nil, -1, fmt.Errorf("reg_mr: %w", err)
+	}
+	if err := c.tenant.take(resMemory, req.Len); err != nil {
+		c.tenant.give(resMR, 1)
+		return nil, -1, fmt.Errorf("reg_mr: %w", err)
+	}
 	mr, err := pd.RegMRIOVA(s.seg.Mem[req.Off:req.Off+req.Len], req.IOVA, req.Access)
 	if err != nil {
+		c.tenant.give(resMR, 1)
+		c.tenant.give(resMemory, req.Len)
 		return nil, -1, err
 	}
 	id := c.id()
@@ -193,6 +210,17 @@ func (c *client) createCQ(req *ibexdwire.Request) (*ibexdwire.Response, int, err
 	// The daemon's CQ is deeper than the process's by the ring: a
 	// process that stops polling overflows its own CQ first (CQ_ERR,
 	// then QP_FATAL, in its verbs), as with an HCA.
+	if err := c.tenant.take(resCQ, 1); err != nil {
+		return nil, -1, fmt.Errorf("create_cq: %w", err)
+	}
+	r, fd, err := c.newCQ(req)
+	if err != nil {
+		c.tenant.give(resCQ, 1)
+	}
+	return r, fd, err
+}
+
+func (c *client) newCQ(req *ibexdwire.Request) (*ibexdwire.Response, int, error) {
 	cq, err := c.ctx.CreateCQ(min(2*ringCount(req.Depth)+64, c.ctx.QueryDevice().MaxCQE))
 	if err != nil {
 		return nil, -1, err
@@ -245,16 +273,23 @@ func (c *client) createQP(req *ibexdwire.Request) (*ibexdwire.Response, int, err
 	case len(c.qps) >= c.d.cfg.Limits.MaxQPs:
 		return nil, -1, fmt.Errorf("create_qp: limits.max_qps %d reached: %w", c.d.cfg.Limits.MaxQPs, verbs.ErrLimit)
 	}
+	if err := c.tenant.take(resQP, 1); err != nil {
+		return nil, -1, fmt.Errorf("create_qp: %w", err)
+	}
 	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: req.Cap})
 	if err != nil {
+		c.tenant.give(resQP, 1)
 		return nil, -1, err
 	}
 	q, err := newQPEntry(qp, scq, rcq, c.pid)
 	if err != nil {
 		_ = qp.Destroy()
+		c.tenant.give(resQP, 1)
 		return nil, -1, err
 	}
 	q.pd = req.PD
+	q.tenant = c.tenant
+	c.d.qpTenant.Store(qp.Num(), c.tenant)
 	c.engMu.Lock()
 	c.qps[qp.Num()] = q
 	c.publishLocked()

@@ -40,8 +40,12 @@ func newDaemonCmd() *cobra.Command {
 			"answers on its socket (IBEX_DAEMON_SOCKET, default " + daemon.DefaultSocket + "),\n" +
 			"verbs.Open(\"udp0\") and -d udp0 go through it (provider ibexd); with none, they\n" +
 			"run in-process. IBEX_DAEMON=off ignores a running daemon.\n\n" +
-			"The configuration (YAML: socket, cores, devices, limits, poll, metrics) is described\n" +
-			"in deploy/ibexd.yaml; --socket, --cores and --metrics override it. SIGTERM or SIGINT\n" +
+			"The configuration (YAML: socket, cores, devices, limits, poll, metrics, tenants,\n" +
+			"default_tenant) is described in deploy/ibexd.yaml; --socket, --cores and --metrics\n" +
+			"override it. Tenants: each attaching process is identified by the kernel (uid, gid,\n" +
+			"cgroup) and given the first tenant that matches it, with that tenant's partitions,\n" +
+			"quotas (QPs, CQs, MRs, bytes, a send rate) and no way to another tenant's QPs or\n" +
+			"keys; with no tenants configured, every process is in one. SIGTERM or SIGINT\n" +
 			"stops the daemon: attached processes see their QPs go to ERR, naming the daemon.\n\n" +
 			"With --metrics ADDR (or the config's metrics, else IBEX_METRICS), the daemon serves\n" +
 			"its devices' and its processes' QPs' counters to Prometheus on http://ADDR/metrics,\n" +
@@ -157,6 +161,13 @@ func newDaemonStatusCmd() *cobra.Command {
 	return cmd
 }
 
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func writeDaemonStatus(w io.Writer, st *ibexdwire.Status) {
 	fmt.Fprintf(w, "ibexd pid %d on %s, up since %s, cores %v, %d processes attached, %d detached for misbehaving\n",
 		st.PID, st.Socket, st.Started, st.Cores, len(st.Clients), st.Detached)
@@ -171,11 +182,32 @@ func writeDaemonStatus(w io.Writer, st *ibexdwire.Status) {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "PID\tDEVICE\tQPS\tCQS\tMRS\tMR_BYTES\tPOSTED\tCOMPLETED\tCOMMAND")
+	fmt.Fprintln(tw, "PID\tUID\tGID\tTENANT\tDEVICE\tQPS\tCQS\tMRS\tMR_BYTES\tPOSTED\tCOMPLETED\tCGROUP\tCOMMAND")
 	for _, c := range st.Clients {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", c.PID, c.Device, len(c.QPs), c.CQs, c.MRs, c.MRBytes, c.Posted, c.Comps, c.Command)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", c.PID, c.UID, c.GID, c.Tenant, c.Device,
+			len(c.QPs), c.CQs, c.MRs, c.MRBytes, c.Posted, c.Comps, orDash(c.Cgroup), c.Command)
 	}
 	tw.Flush()
+	if len(st.Tenants) > 0 {
+		// Each count with its quota ("3/8"; no quota: the count alone).
+		of := func(n, max uint64) string {
+			if max == 0 {
+				return fmt.Sprint(n)
+			}
+			return fmt.Sprintf("%d/%d", n, max)
+		}
+		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "TENANT\tPROCESSES\tQPS\tCQS\tMRS\tMR_BYTES\tRATE\tHELD")
+		for _, t := range st.Tenants {
+			rate := "-"
+			if t.Rate > 0 {
+				rate = fmt.Sprintf("%d B/s (burst %d)", t.Rate, t.Burst)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", t.Name, t.Clients, of(t.QPs, t.MaxQPs), of(t.CQs, t.MaxCQs),
+				of(t.MRs, t.MaxMRs), of(t.MRBytes, t.MaxMemory), rate, t.Held)
+		}
+		tw.Flush()
+	}
 	for _, c := range st.Clients {
 		for _, q := range c.QPs {
 			fmt.Fprintf(w, "  pid %d qp %#x %s -> %#x sends=%d recvs=%d pkts_sent=%d pkts_recv=%d retransmits=%d",

@@ -132,6 +132,25 @@ type Status struct {
 	Devices  []DeviceStatus `json:"devices"`
 	Clients  []ClientStatus `json:"clients"`
 	Detached uint64         `json:"detached"` // processes detached for misbehaving
+	Tenants  []TenantStatus `json:"tenants,omitempty"`
+}
+
+// TenantStatus is one tenant of the daemon: what its processes hold
+// together and its quotas (0: none).
+type TenantStatus struct {
+	Name      string `json:"name"`
+	Clients   int    `json:"clients"`
+	QPs       uint64 `json:"qps"`
+	CQs       uint64 `json:"cqs"`
+	MRs       uint64 `json:"mrs"`
+	MRBytes   uint64 `json:"mr_bytes"`
+	MaxQPs    uint64 `json:"max_qps,omitempty"`
+	MaxCQs    uint64 `json:"max_cqs,omitempty"`
+	MaxMRs    uint64 `json:"max_mrs,omitempty"`
+	MaxMemory uint64 `json:"max_memory,omitempty"`
+	Rate      uint64 `json:"rate,omitempty"`  // bytes per second its send WQEs may move
+	Burst     uint64 `json:"burst,omitempty"` // the rate's token bucket depth, bytes
+	Held      uint64 `json:"held,omitempty"`  // engine passes that held its send WQEs back for the rate
 }
 
 // DeviceStatus is one device the daemon owns.
@@ -148,7 +167,13 @@ type DeviceStatus struct {
 
 // ClientStatus is one attached process.
 type ClientStatus struct {
-	PID     int        `json:"pid"`
+	PID int `json:"pid"`
+	// Who the process is, as the kernel said when it attached
+	// (SO_PEERCRED, /proc/PID/cgroup), and the tenant that made it.
+	UID     int        `json:"uid"`
+	GID     int        `json:"gid"`
+	Cgroup  string     `json:"cgroup,omitempty"`
+	Tenant  string     `json:"tenant"`
 	Command string     `json:"command"`
 	Device  string     `json:"device"`
 	MRs     int        `json:"mrs"`

@@ -1,0 +1,396 @@
+package daemon_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ibex-rdma/ibex/internal/ibexdwire"
+	"github.com/ibex-rdma/ibex/provider/ibexd"
+	"github.com/ibex-rdma/ibex/verbs"
+)
+
+// tenantChild is the "tenant" application role: a process of some uid
+// that opens ibexd/udp0 (printing "open ERR" and exiting if the daemon
+// refuses it, else "ok") and then runs the parent's commands from stdin,
+// one answer line each, with "nil" for no error:
+//
+//	qps N          create up to N QPs -> "qps K ERR" (K made, ERR the first failure)
+//	mrs N SIZE     register up to N MRs of SIZE bytes -> "mrs K ERR"
+//	init           move a fresh QP to INIT (pkey_index 0) -> "init ERR"
+//	steal INFO     with INFO another process's end (end.info): connect a
+//	               fresh QP to its QP -> "connect ERR"; then WRITE with its
+//	               address and rkey through a pair of this process's own
+//	               QPs -> "write STATUS"
+//
+// It exits when stdin closes.
+func tenantChild() int {
+	ctx, err := verbs.Open("ibexd/udp0")
+	if err != nil {
+		fmt.Println("open", oneLine(err))
+		return 0
+	}
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		fmt.Println("pd", oneLine(err))
+		return 1
+	}
+	cq, err := ctx.CreateCQ(64)
+	if err != nil {
+		fmt.Println("cq", oneLine(err))
+		return 1
+	}
+	fmt.Println("ok")
+	in := bufio.NewScanner(os.Stdin)
+	var keep []any // what the commands made stays until the process exits
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) == 0 {
+			continue
+		}
+		arg := func(i int) int {
+			n, _ := strconv.Atoi(f[i])
+			return n
+		}
+		switch f[0] {
+		case "qps":
+			k, err := 0, error(nil)
+			for ; k < arg(1); k++ {
+				var qp *verbs.QP
+				if qp, err = pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq}); err != nil {
+					break
+				}
+				keep = append(keep, qp)
+			}
+			fmt.Println("qps", k, oneLine(err))
+		case "mrs":
+			k, err := 0, error(nil)
+			for ; k < arg(1); k++ {
+				var mr *verbs.MR
+				if mr, err = pd.AllocMR(arg(2), allAccess); err != nil {
+					break
+				}
+				keep = append(keep, mr)
+			}
+			fmt.Println("mrs", k, oneLine(err))
+		case "init":
+			qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq})
+			if err == nil {
+				keep = append(keep, qp)
+				err = qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
+			}
+			fmt.Println("init", oneLine(err))
+		case "steal":
+			fmt.Println(steal(pd, cq, strings.TrimPrefix(in.Text(), "steal ")))
+		default:
+			fmt.Println("unknown command", f[0])
+		}
+	}
+	_ = keep
+	return 0
+}
+
+// steal tries another process's QP number and rkey from this one.
+func steal(pd *verbs.PD, cq *verbs.CQ, info string) string {
+	p, err := parseInfo(info)
+	if err != nil {
+		return "bad info " + oneLine(err)
+	}
+	mk := func() *verbs.QP {
+		qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "steal:", err)
+			os.Exit(1)
+		}
+		return qp
+	}
+	intruder := mk()
+	connErr := intruder.Connect(p.ci, quick)
+	// Its own pair, then a WRITE with the other's address and rkey: the
+	// responder is this process's own QP, whose PD the rkey is not of.
+	a, b := mk(), mk()
+	if err := a.Connect(b.Info(), verbs.ConnectOptions{}); err != nil {
+		return "connect " + oneLine(connErr) + "|own pair: " + oneLine(err)
+	}
+	if err := b.Connect(a.Info(), verbs.ConnectOptions{}); err != nil {
+		return "connect " + oneLine(connErr) + "|own pair: " + oneLine(err)
+	}
+	mr, err := pd.AllocMR(4096, allAccess)
+	if err != nil {
+		return "connect " + oneLine(connErr) + "|mr: " + oneLine(err)
+	}
+	e := &end{qp: a, cq: cq, mr: mr}
+	wc := e.write(tbStub{}, p, 0, 0, 64)
+	return "connect " + oneLine(connErr) + "|write " + wc.Status.String()
+}
+
+func oneLine(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return strings.ReplaceAll(err.Error(), "\n", " ")
+}
+
+// tenantProc is a "tenant" child running as uid:gid.
+type tenantProc struct {
+	*peerProc
+}
+
+// userBin is childBin copied where any user may run it (the go tool's
+// build directory is its owner's alone).
+func userBin(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the test runs attached processes under other uids (setuid)")
+	}
+	dir, err := os.MkdirTemp("", "ibexd-tenant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.Open(childBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	bin := filepath.Join(dir, "daemon.test")
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// startTenant starts a tenant child as uid:gid and returns it with its
+// first line ("ok" or "open ERR").
+func startTenant(t *testing.T, bin string, uid, gid uint32) (*tenantProc, string) {
+	t.Helper()
+	p := &peerProc{cmd: exec.Command(bin, "-test.run=^$"), exit: make(chan error, 1)}
+	p.cmd.Dir = "/"
+	p.cmd.Env = append(os.Environ(), appEnv+"=tenant")
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	p.cmd.Stderr = os.Stderr
+	p.stdin, _ = p.cmd.StdinPipe()
+	out, _ := p.cmd.StdoutPipe()
+	p.out = bufio.NewReader(out)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exit <- p.cmd.Wait() }()
+	t.Cleanup(func() { p.close(t) })
+	return &tenantProc{p}, p.line(t)
+}
+
+// close ends the child (stdin closed) and waits for it; again, it does
+// nothing.
+func (p *peerProc) close(t *testing.T) {
+	if p.closed {
+		return
+	}
+	p.closed = true
+	p.stdin.Close()
+	select {
+	case <-p.exit:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		t.Errorf("child %d did not exit; killed", p.cmd.Process.Pid)
+	}
+}
+
+// do sends one command and returns the answer line.
+func (p *tenantProc) do(t *testing.T, cmd string) string {
+	t.Helper()
+	if _, err := fmt.Fprintln(p.stdin, cmd); err != nil {
+		t.Fatal(err)
+	}
+	return p.line(t)
+}
+
+// expect runs cmd and checks the answer starts with prefix and contains
+// each of want.
+func (p *tenantProc) expect(t *testing.T, cmd, prefix string, want ...string) {
+	t.Helper()
+	got := p.do(t, cmd)
+	if !strings.HasPrefix(got, prefix) {
+		t.Errorf("%s: %q, want it to start with %q", cmd, got, prefix)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("%s: %q, want it to contain %q", cmd, got, w)
+		}
+	}
+}
+
+const (
+	uidBlue  = 10421
+	uidGreen = 10422
+	uidNone  = 10429
+)
+
+// TestTenantQuotas: processes of two uids, in tenants blue and green, at
+// once. Blue's two processes together exhaust blue's QPs, MRs and bytes
+// (each failure names the quota, the tenant and the limit, and is
+// verbs.ErrLimit's); green, attached meanwhile, still makes all it is
+// allowed, and fails at its own quotas only. A process of a uid no tenant
+// takes is refused at attach. The status shows who each process is.
+func TestTenantQuotas(t *testing.T) {
+	bin := userBin(t)
+	d := startDaemonConfig(t, "", "127.0.0.100", fmt.Sprintf(`
+tenants:
+  - name: blue
+    match: {uids: [%d]}
+    quotas: {max_qps: 5, max_mrs: 4, max_memory: 96K}
+  - name: green
+    match: {uids: [%d]}
+    partitions: ["0x8002"]
+    quotas: {max_qps: 3, max_mrs: 2}
+  - name: admin
+    match: {uids: [0]}
+`, uidBlue, uidGreen))
+
+	blue1, line := startTenant(t, bin, uidBlue, uidBlue)
+	if line != "ok" {
+		t.Fatalf("blue process: %q", line)
+	}
+	blue2, line := startTenant(t, bin, uidBlue, uidBlue)
+	if line != "ok" {
+		t.Fatalf("second blue process: %q", line)
+	}
+	green, line := startTenant(t, bin, uidGreen, uidGreen)
+	if line != "ok" {
+		t.Fatalf("green process: %q", line)
+	}
+	// Blue's QPs, summed over its processes.
+	blue1.expect(t, "qps 3", "qps 3 nil")
+	blue2.expect(t, "qps 10", "qps 2 ", `tenant "blue": quota max_qps 5 reached`, verbs.ErrLimit.Error())
+	blue1.expect(t, "qps 1", "qps 0 ", `tenant "blue": quota max_qps 5 reached`)
+	// Blue's MRs and bytes: 3 × 32K fill max_memory before max_mrs.
+	blue1.expect(t, "mrs 10 32768", "mrs 3 ", `tenant "blue": quota max_memory 98304 bytes reached (98304 registered, 32768 more asked)`)
+	blue2.expect(t, "mrs 10 4096", "mrs 0 ", `tenant "blue": quota max_memory`)
+	// Green's partitions do not include the default one, the only P_Key
+	// the port's table has: its QP cannot leave RESET.
+	green.expect(t, "init", "init ", `pkey_index 0 is P_Key 0xffff, not a partition of tenant "green" (0x8002)`)
+	// Green, attached throughout, gets all of its own.
+	green.expect(t, "qps 10", "qps 2 ", `tenant "green": quota max_qps 3 reached`)
+	green.expect(t, "mrs 10 4096", "mrs 2 ", `tenant "green": quota max_mrs 2 reached`)
+
+	none, line := startTenant(t, bin, uidNone, uidNone)
+	if !strings.HasPrefix(line, "open ") || !strings.Contains(line, fmt.Sprintf("uid %d gid %d", uidNone, uidNone)) ||
+		!strings.Contains(line, "matches no tenant") {
+		t.Errorf("a process no tenant takes: %q, want it refused naming its uid", line)
+	}
+	none.close(t)
+
+	st, err := ibexd.QueryStatus(d.sock, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	who := map[int]ibexdwire.ClientStatus{}
+	for _, c := range st.Clients {
+		who[c.PID] = c
+	}
+	for _, c := range []struct {
+		p      *tenantProc
+		uid    int
+		tenant string
+		qps    int
+	}{{blue1, uidBlue, "blue", 3}, {blue2, uidBlue, "blue", 2}, {green, uidGreen, "green", 3}} {
+		cs, ok := who[c.p.cmd.Process.Pid]
+		if !ok || cs.UID != c.uid || cs.GID != c.uid || cs.Tenant != c.tenant || len(cs.QPs) != c.qps {
+			t.Errorf("status of pid %d: %+v; want uid and gid %d, tenant %s, %d QPs", c.p.cmd.Process.Pid, cs, c.uid, c.tenant, c.qps)
+		}
+		if ok && cs.Cgroup == "" && cgroupV2() {
+			t.Errorf("status of pid %d: no cgroup", c.p.cmd.Process.Pid)
+		}
+	}
+	tenants := map[string]ibexdwire.TenantStatus{}
+	for _, ts := range st.Tenants {
+		tenants[ts.Name] = ts
+	}
+	if b := tenants["blue"]; b.Clients != 2 || b.QPs != 5 || b.MaxQPs != 5 || b.MRs != 3 || b.MRBytes != 96<<10 || b.MaxMemory != 96<<10 {
+		t.Errorf("status of blue: %+v", b)
+	}
+	// Blue's first process leaves: what it held is blue's again.
+	blue1.close(t)
+	waitUntil(t, "blue's QPs given back", func() bool {
+		st, err := ibexd.QueryStatus(d.sock, 5*time.Second)
+		return err == nil && len(st.Tenants) > 0 && st.Tenants[0].QPs == 2 && st.Tenants[0].MRBytes == 0
+	})
+	blue2.expect(t, "qps 10", "qps 3 ", `tenant "blue": quota max_qps 5 reached`)
+}
+
+func cgroupV2() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
+}
+
+// TestTenantIsolation: a process of tenant blue knows the QP number, the
+// GID, an MR's address and rkey of a process of tenant admin on the same
+// daemon. Connecting to that QP is refused (the QPN is another tenant's),
+// and a WRITE with the rkey fails with REM_ACCESS_ERR (the key is of
+// another PD); nor can admin connect to blue's QP. The admin process's
+// memory is untouched.
+func TestTenantIsolation(t *testing.T) {
+	bin := userBin(t)
+	startDaemonConfig(t, "", "127.0.0.101", fmt.Sprintf(`
+tenants:
+  - name: blue
+    match: {uids: [%d]}
+  - name: admin
+    match: {uids: [0]}
+`, uidBlue))
+	victim := openEnd(t, 4096)
+	copy(victim.mr.Bytes(), "admin's")
+	if err := victim.qp.Connect(victim.qp.Info(), verbs.ConnectOptions{}); err != nil {
+		t.Fatalf("admin connects its QP to itself: %v", err)
+	}
+	blue, line := startTenant(t, bin, uidBlue, uidBlue)
+	if line != "ok" {
+		t.Fatalf("blue process: %q", line)
+	}
+	blue.expect(t, "steal "+victim.info(), "connect ", "is a QP of another tenant of this daemon", `tenant "blue" may connect only to its own`,
+		"|write "+verbs.WCRemAccessErr.String())
+	if got := string(victim.mr.Bytes()[:7]); got != "admin's" {
+		t.Errorf("admin's MR holds %q after blue's attempts", got)
+	}
+	// The other way: admin to a QP of blue's.
+	blue.expect(t, "qps 1", "qps 1 nil")
+	st, err := ibexd.QueryStatus(os.Getenv("IBEX_DAEMON_SOCKET"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blueQPN uint32
+	for _, c := range st.Clients {
+		if c.Tenant == "blue" && len(c.QPs) > 0 {
+			blueQPN = c.QPs[0].QPN
+		}
+	}
+	if blueQPN == 0 {
+		t.Fatalf("status: no QP of blue: %+v", st.Clients)
+	}
+	e := openEnd(t, 4096)
+	ci := e.qp.Info()
+	ci.QPN = blueQPN
+	err = e.qp.Connect(ci, quick)
+	if err == nil || !strings.Contains(err.Error(), "is a QP of another tenant") || !strings.Contains(err.Error(), `tenant "admin"`) {
+		t.Errorf("admin connecting to blue's QP %#x: %v", blueQPN, err)
+	}
+}
