@@ -394,3 +394,140 @@ tenants:
 		t.Errorf("admin connecting to blue's QP %#x: %v", blueQPN, err)
 	}
 }
+
+// cgroup2Mount is where the cgroup v2 hierarchy is mounted ("" if none).
+func cgroup2Mount() string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		// ... mount-point options - fstype source super-options
+		pre, post, ok := strings.Cut(l, " - ")
+		if f := strings.Fields(pre); ok && len(f) >= 5 && strings.HasPrefix(post, "cgroup2 ") && f[3] == "/" {
+			return f[4]
+		}
+	}
+	return ""
+}
+
+// TestTenantCgroup: a root process born in a cgroup of its own
+// (CLONE_INTO_CGROUP) is given the tenant that matches the cgroup, before
+// the one that takes uid 0, with that tenant's quota.
+func TestTenantCgroup(t *testing.T) {
+	bin := userBin(t)
+	mnt := cgroup2Mount()
+	if mnt == "" {
+		t.Skip("no cgroup v2 hierarchy mounted at the root of its tree")
+	}
+	name := fmt.Sprintf("tn-ibex-%d", os.Getpid())
+	dir := filepath.Join(mnt, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cannot create a cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("removing cgroup %s: %v", dir, err)
+		}
+	})
+	cg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	d := startDaemonConfig(t, "", "127.0.0.102", fmt.Sprintf(`
+tenants:
+  - name: jobs
+    match: {cgroups: [/%s]}
+    quotas: {max_qps: 1}
+  - name: admin
+    match: {uids: [0]}
+`, name))
+	p := &peerProc{cmd: exec.Command(bin, "-test.run=^$"), exit: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), appEnv+"=tenant")
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	p.cmd.Stderr = os.Stderr
+	p.stdin, _ = p.cmd.StdinPipe()
+	out, _ := p.cmd.StdoutPipe()
+	p.out = bufio.NewReader(out)
+	if err := p.cmd.Start(); err != nil {
+		t.Skipf("cannot start a process in cgroup %s: %v", dir, err)
+	}
+	go func() { p.exit <- p.cmd.Wait() }()
+	defer p.close(t) // before the cgroup is removed
+	job := &tenantProc{p}
+	if line := p.line(t); line != "ok" {
+		t.Fatalf("process in %s: %q", dir, line)
+	}
+	job.expect(t, "qps 3", "qps 1 ", `tenant "jobs": quota max_qps 1 reached`)
+	st, err := ibexd.QueryStatus(d.sock, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range st.Clients {
+		if c.PID == p.cmd.Process.Pid && (c.Tenant != "jobs" || c.Cgroup != "/"+name || c.UID != 0) {
+			t.Errorf("status of the process in %s: %+v", dir, c)
+		}
+	}
+	// This process, uid 0 in another cgroup, is admin's: no QP quota.
+	e := openEnd(t, 4096)
+	cq, _ := e.ctx.CreateCQ(4)
+	for range 3 {
+		qp, err := e.pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq})
+		if err != nil {
+			t.Fatalf("admin's QP: %v", err)
+		}
+		defer qp.Destroy()
+	}
+	defer cq.Destroy()
+}
+
+// TestTenantRate: a tenant with a send rate has its WRITEs held back in
+// the rings while its token bucket is empty (status: held), and every
+// one still completes, in order and intact.
+func TestTenantRate(t *testing.T) {
+	d := startDaemonConfig(t, "", "127.0.0.103", `
+tenants:
+  - name: admin
+    match: {uids: [0]}
+    quotas: {rate: 16M, burst: 64K}
+`)
+	const chunk, n = 64 << 10, 16 // 1 MiB: 15/16 of it waits for tokens
+	a, b := openEnd(t, chunk*n), openEnd(t, chunk*n)
+	if err := a.qp.Connect(b.qp.Info(), verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(a.qp.Info(), verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.mr.Bytes() {
+		a.mr.Bytes()[i] = byte(i / chunk)
+	}
+	wrs := make([]verbs.SendWR, n)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL:        []verbs.SGE{{Addr: a.mr.Addr() + uint64(i*chunk), Length: chunk, LKey: a.mr.LKey()}},
+			RemoteAddr: b.mr.Addr() + uint64(i*chunk), RKey: b.mr.RKey()}
+	}
+	if err := a.qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		wc := waitWC(t, a.cq)
+		if wc.Status != verbs.WCSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("completion %d: wr %d %v", i, wc.WRID, wc.Status)
+		}
+	}
+	for i, c := range b.mr.Bytes() {
+		if c != byte(i/chunk) {
+			t.Fatalf("byte %d of the target is %d, want %d", i, c, i/chunk)
+		}
+	}
+	st, err := ibexd.QueryStatus(d.sock, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Tenants) != 1 || st.Tenants[0].Rate != 16<<20 || st.Tenants[0].Burst != 64<<10 || st.Tenants[0].Held == 0 {
+		t.Errorf("tenants in status: %+v; want admin's rate, burst and held WQEs", st.Tenants)
+	}
+}
