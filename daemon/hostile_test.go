@@ -299,9 +299,13 @@ func TestSGEOutsideMR(t *testing.T) {
 }
 
 // connectSelf moves q through INIT and RTR to RTS, connected to itself.
-func (r *raw) connectSelf(q *rawQP) {
+func (r *raw) connectSelf(q *rawQP) { r.connectTo(q, q.qpn) }
+
+// connectTo moves q through INIT and RTR to RTS, connected to QP dest of
+// the same device.
+func (r *raw) connectTo(q *rawQP, dest uint32) {
 	r.t.Helper()
-	attr := verbs.QPAttr{Port: 1, AccessFlags: verbs.AccessRemoteWrite, PathMTU: verbs.MTU1024, DestQPN: q.qpn,
+	attr := verbs.QPAttr{Port: 1, AccessFlags: verbs.AccessRemoteWrite, PathMTU: verbs.MTU1024, DestQPN: dest,
 		AH:              verbs.AH{DGID: r.gid, PortNum: 1, HopLimit: 64},
 		MaxDestRdAtomic: 1, MinRNRTimer: 12, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxQPRdAtomic: 1}
 	for _, s := range []struct {

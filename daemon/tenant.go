@@ -293,10 +293,14 @@ func newBucket(rate, burst uint64) *bucket {
 // refill adds the tokens earned since the last look (b.mu held) and
 // says whether any are there.
 func (b *bucket) refill(now time.Time) bool {
-	if !b.last.IsZero() {
-		b.tokens = min(b.tokens+now.Sub(b.last).Seconds()*float64(b.rate), float64(b.burst))
+	// Engines read their clocks before taking the lock: one may come
+	// with a time older than the last, which earns nothing.
+	if b.last.IsZero() || now.After(b.last) {
+		if !b.last.IsZero() {
+			b.tokens = min(b.tokens+now.Sub(b.last).Seconds()*float64(b.rate), float64(b.burst))
+		}
+		b.last = now
 	}
-	b.last = now
 	return b.tokens > 0
 }
 

@@ -3,6 +3,8 @@ package daemon_test
 import (
 	"bufio"
 	"fmt"
+	"github.com/ibex-rdma/ibex/ib"
+	"github.com/ibex-rdma/ibex/internal/hwq"
 	"io"
 	"os"
 	"os/exec"
@@ -529,5 +531,80 @@ tenants:
 	}
 	if len(st.Tenants) != 1 || st.Tenants[0].Rate != 16<<20 || st.Tenants[0].Burst != 64<<10 || st.Tenants[0].Held == 0 {
 		t.Errorf("tenants in status: %+v; want admin's rate, burst and held WQEs", st.Tenants)
+	}
+}
+
+// TestForeignHandlesAndKeys: a process speaking the control protocol
+// itself names another process's QP number, lkey and rkey. Every id in a
+// control message is looked up among the caller's own objects, so the QPN
+// names nothing; every key is checked against the PD of the caller's QP
+// (each process has PDs of its own in the daemon), so the lkey fails the
+// request with LOC_PROT_ERR and the rkey with REM_ACCESS_ERR. The other
+// process's QP and memory are untouched. (Within one tenant: across
+// tenants the keys are as meaningless, and TestTenantIsolation adds the
+// refused connect.)
+func TestForeignHandlesAndKeys(t *testing.T) {
+	d := startDaemon(t, "127.0.0.105")
+	victim := openEnd(t, 4096)
+	copy(victim.mr.Bytes(), "victim's")
+	vqpn := victim.qp.Num()
+	r := dialRaw(t, d)
+	r.mustErr(&ibexdwire.Request{Op: ibexdwire.OpModifyQP, QPN: vqpn, Attr: &verbs.QPAttr{State: verbs.QPSErr}, Mask: verbs.AttrState},
+		fmt.Sprintf("no QP %#x", vqpn))
+	r.mustErr(&ibexdwire.Request{Op: ibexdwire.OpQPStats, QPN: vqpn}, fmt.Sprintf("no QP %#x", vqpn))
+	r.mustErr(&ibexdwire.Request{Op: ibexdwire.OpDestroyQP, QPN: vqpn}, fmt.Sprintf("no QP %#x", vqpn))
+
+	post := func(q *rawQP, w hwq.SendWQE) hwq.CQE {
+		t.Helper()
+		if _, err := q.sq.Reserve(1); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Encode(q.sq.Entry(0)); err != nil {
+			t.Fatal(err)
+		}
+		q.sq.Publish()
+		ibexdwire.Ring(r.db.Mem)
+		var cqe hwq.CQE
+		waitUntil(t, "a completion", func() bool {
+			n, err := r.cq.Available()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		})
+		buf := make([]byte, hwq.CQESize)
+		r.cq.CopyOut(0, buf)
+		r.cq.Release(1)
+		if err := cqe.Decode(buf); err != nil {
+			t.Fatal(err)
+		}
+		return cqe
+	}
+	q, pd, _ := r.qp(16)
+	own := r.segMR(pd, 4096, 4096, 0x50000, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	r.connectSelf(q)
+	// The victim's lkey as the source of a WRITE into this process's own MR.
+	cqe := post(q, hwq.SendWQE{WRID: 1, Opcode: ib.WRRDMAWrite, RemoteAddr: 0x50000, RKey: own.RKey,
+		SGL: []hwq.SGE{{Addr: victim.mr.Addr(), Length: 8, LKey: victim.mr.LKey()}}})
+	if cqe.Status != ib.WCStatus(verbs.WCLocProtErr) {
+		t.Errorf("WRITE from the victim's lkey: %v, want LOC_PROT_ERR", verbs.WCStatus(cqe.Status))
+	}
+	// The victim's address and rkey as the target, through a pair of this
+	// process's own QPs: the responder's PD is not the victim's.
+	q3, _, _ := r.qp(16)
+	q2, pd2, _ := r.qp(16)
+	src := r.segMR(pd2, 4096, 4096, 0x60000, verbs.AccessLocalWrite)
+	r.connectTo(q2, q3.qpn)
+	r.connectTo(q3, q2.qpn)
+	cqe = post(q2, hwq.SendWQE{WRID: 2, Opcode: ib.WRRDMAWrite, RemoteAddr: victim.mr.Addr(), RKey: victim.mr.RKey(),
+		SGL: []hwq.SGE{{Addr: 0x60000, Length: 8, LKey: src.LKey}}})
+	if cqe.Status != ib.WCStatus(verbs.WCRemAccessErr) {
+		t.Errorf("WRITE with the victim's rkey: %v, want REM_ACCESS_ERR", verbs.WCStatus(cqe.Status))
+	}
+	if got := string(victim.mr.Bytes()[:8]); got != "victim's" {
+		t.Errorf("the victim's MR holds %q", got)
+	}
+	if s := victim.qp.State(); s != verbs.QPSReset {
+		t.Errorf("the victim's QP is in %v, want RESET still", s)
 	}
 }

@@ -3,6 +3,8 @@ package daemon
 import (
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,5 +200,37 @@ func TestBucket(t *testing.T) {
 	b.admit(nil, t0.Add(time.Hour))
 	if b.tokens != float64(64<<10) {
 		t.Errorf("after an hour idle: %v tokens, want the burst", b.tokens)
+	}
+}
+
+// TestTenantConcurrent: the control paths of a tenant's processes take
+// and give back quota, and its engines admit WQEs, at once (run with
+// -race); the quota is never passed and all comes back.
+func TestTenantConcurrent(t *testing.T) {
+	tn := newTenant(&TenantConfig{Name: "blue", Quotas: Quotas{MaxQPs: 10, Rate: "1G"}})
+	var wg sync.WaitGroup
+	var over atomic.Bool
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wrs := []verbs.SendWR{{Opcode: verbs.WRSend}}
+			for i := range 1000 {
+				if tn.take(resQP, 1) == nil {
+					tn.mu.Lock()
+					over.CompareAndSwap(false, tn.held[resQP] > 10)
+					tn.mu.Unlock()
+					tn.give(resQP, 1)
+				}
+				tn.bucket.admit(wrs, time.Unix(0, int64(g*1000+i)))
+			}
+		}()
+	}
+	wg.Wait()
+	if over.Load() {
+		t.Error("the tenant held more QPs than its quota")
+	}
+	if st := tn.status(); st.QPs != 0 {
+		t.Errorf("after every take was given back: %d QPs held", st.QPs)
 	}
 }
