@@ -39,13 +39,19 @@ import (
 //     rcvd_seq_err, retransmits and completer_retry_err).
 //   - PortRcvSwitchRelayErrors: 0; a switch's counter, ibex ports are
 //     channel adapters.
-//   - PortXmitConstraintErrors, PortRcvConstraintErrors: 0; they count
-//     partition enforcement of raw packets at a port, which ibex does not
-//     do.
+//   - PortRcvConstraintErrors: the provider's, where it enforces
+//     partitions: udp's packets dropped because their P_Key does not match
+//     their QP's (also Extra's PKeyViolations, PortInfo's P_KeyViolations,
+//     the counter IBA 10.9.3 has a channel adapter keep; IBA defines
+//     PortRcvConstraintErrors for a switch port's inbound enforcement, the
+//     same check). 0 for the other providers.
+//   - PortXmitConstraintErrors: 0; ibex ports do not filter what they send
+//     (a QP's P_Key is always an entry of its port's table).
 //   - VL15Dropped: 0; ibex has no subnet management agent and no VL15.
 //
 // The provider's counters with no PMA name (udp's ICRCErrors, UnknownQP,
-// SrcAddrErrors: RC packets not from the QP's peer, dropped)
+// SrcAddrErrors: RC packets not from the QP's peer, dropped;
+// PKeyViolations)
 // are in Port.Extra.
 var PortNames = []string{
 	"SymbolErrorCounter",

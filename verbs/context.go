@@ -58,6 +58,9 @@ type PortAttr struct {
 	// 8 = 12X, 16 = 2X); a provider's 0 reads as 1X, what rxe reports on a
 	// link without a speed.
 	ActiveWidth uint8
+	// PKeyTblLen is ibv_port_attr.pkey_tbl_len: the entries of the port's
+	// P_Key table (Context.QueryPKey), set by QueryPort.
+	PKeyTblLen int
 	// PhysState is ibv_port_attr.phys_state (3 = DISABLED, 5 = LINK_UP); a
 	// provider's 0 follows State: DISABLED for a down port, else LINK_UP.
 	PhysState uint8
@@ -160,6 +163,7 @@ func (c *Context) QueryPort(port uint8) (PortAttr, error) {
 	if a.ActiveWidth == 0 {
 		a.ActiveWidth = 1
 	}
+	a.PKeyTblLen = len(c.pkeys(port))
 	if a.PhysState == 0 {
 		a.PhysState = 5 // LINK_UP
 		if a.State == PortDown {
@@ -313,4 +317,34 @@ func (c *Context) PortCounters(port uint8) ([]PortCounter, error) {
 		return nil, errorf(ErrInvalidArgument, "port counters: port %d: device %s has ports 1..%d", port, c.name, c.attr.PhysPortCnt)
 	}
 	return r.PortCounters(port), nil
+}
+
+// defaultPKeys is the P_Key table of a port whose provider has none: the
+// default partition, full member.
+var defaultPKeys = []uint16{0xffff}
+
+// pkeys is port's P_Key table.
+func (c *Context) pkeys(port uint8) []uint16 {
+	if t, ok := c.dev.(pkeyTable); ok {
+		if k := t.PKeys(port); len(k) > 0 {
+			return k
+		}
+	}
+	return defaultPKeys
+}
+
+// QueryPKey returns entry index of port's P_Key table (ibv_query_pkey):
+// a P_Key, bit 15 set for full membership of its partition. A QP's
+// pkey_index names one; its packets carry that P_Key, and it accepts only
+// packets whose P_Key matches it (the same low 15 bits, one of the two a
+// full member). PortAttr.PKeyTblLen is the table's length.
+func (c *Context) QueryPKey(port uint8, index int) (uint16, error) {
+	if port < 1 || port > c.attr.PhysPortCnt {
+		return 0, errorf(ErrInvalidArgument, "query pkey: port %d: device %s has ports 1..%d", port, c.name, c.attr.PhysPortCnt)
+	}
+	t := c.pkeys(port)
+	if index < 0 || index >= len(t) {
+		return 0, errorf(ErrInvalidArgument, "query pkey: index %d: port %d's P_Key table has %d entries", index, port, len(t))
+	}
+	return t[index], nil
 }

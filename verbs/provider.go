@@ -50,6 +50,9 @@ type (
 	portCounterReader interface {
 		PortCounters(port uint8) []PortCounter
 	}
+	pkeyTable interface {
+		PKeys(port uint8) []uint16
+	}
 	progresser interface {
 		Progress()
 	}

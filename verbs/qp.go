@@ -323,6 +323,12 @@ func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if err == nil {
 		err = checkValues(attr, mask, &qp.ctx.attr)
 	}
+	if err == nil && mask&AttrPKeyIndex != 0 {
+		port := qp.portLocked(attr, mask)
+		if n := len(qp.ctx.pkeys(port)); int(attr.PKeyIndex) >= n {
+			err = errorf(ErrInvalidArgument, "pkey_index %d: port %d's P_Key table has %d entries", attr.PKeyIndex, port, n)
+		}
+	}
 	if err == nil && mask&AttrPathMTU != 0 {
 		if pa, perr := qp.ctx.bind.PortAttr(qp.portLocked(attr, mask)); perr == nil && attr.PathMTU > pa.MaxMTU {
 			err = errorf(ErrInvalidArgument, "path_mtu %d exceeds the port's max_mtu %d", attr.PathMTU.Bytes(), pa.MaxMTU.Bytes())

@@ -167,8 +167,6 @@ func checkValues(a *QPAttr, mask AttrMask, dev *DeviceAttr) error {
 		return errorf(ErrInvalidArgument, "access_flags: unknown bits %#x", uint32(a.AccessFlags&^accessAll))
 	case mask&AttrAccessFlags != 0 && a.AccessFlags&AccessRemoteAtomic != 0 && dev.AtomicCap == AtomicNone:
 		return errorf(ErrUnsupported, "access_flags: REMOTE_ATOMIC: device has no atomics")
-	case mask&AttrPKeyIndex != 0 && a.PKeyIndex != 0:
-		return errorf(ErrInvalidArgument, "pkey_index %d: the P_Key table has one entry (index 0)", a.PKeyIndex)
 	case mask&AttrPort != 0 && (a.Port < 1 || a.Port > dev.PhysPortCnt):
 		return errorf(ErrInvalidArgument, "port_num %d: device has ports 1..%d", a.Port, dev.PhysPortCnt)
 	case mask&AttrPathMTU != 0 && !a.PathMTU.Valid():

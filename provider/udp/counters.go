@@ -18,7 +18,14 @@ type PortCounters struct {
 	// whose source IP address is not the QP's peer (the DGID set at RTR):
 	// dropped, as rxe's check_addr drops them. PortRcvErrors counts them
 	// too. rxe has no counter of its own for them; this is ibex's.
-	SrcAddrErrors    uint64
+	SrcAddrErrors uint64
+	// PKeyViolations counts packets for a QP of the device whose BTH
+	// P_Key does not match the QP's (another partition, or both limited
+	// members): dropped. The name is PortInfo's P_KeyViolations, the
+	// counter IBA 10.9.3 has a channel adapter keep; the port counters
+	// also give it as PortRcvConstraintErrors, which IBA defines for a
+	// switch port's inbound partition enforcement, the same check.
+	PKeyViolations   uint64
 	PortXmitDiscards uint64 // datagrams the socket refused
 	// PortXmitWait counts the times a transmit found no room and waited
 	// for it: a UDP socket's send buffer full (EAGAIN), an AF_XDP socket
@@ -30,7 +37,7 @@ type PortCounters struct {
 type counters struct {
 	xmitData, rcvData, xmitPkts, rcvPkts, rcvErrors, icrcErrors, unknownQP, xmitDiscards atomic.Uint64
 	xmitWait                                                                             atomic.Uint64 // only where a transmit waits
-	srcAddrErrors                                                                        atomic.Uint64
+	srcAddrErrors, pkeyViolations                                                        atomic.Uint64
 
 	// Not port counters: how the datagrams crossed the socket (the
 	// batchConn counts the messages sent and the system calls).
@@ -52,6 +59,7 @@ func (d *device) counters() PortCounters {
 		PortXmitPkts: c.xmitPkts.Load(), PortRcvPkts: c.rcvPkts.Load(), PortRcvErrors: c.rcvErrors.Load(),
 		ICRCErrors: c.icrcErrors.Load(), UnknownQP: c.unknownQP.Load(), PortXmitDiscards: c.xmitDiscards.Load(),
 		PortXmitWait: c.xmitWait.Load(), SrcAddrErrors: c.srcAddrErrors.Load(),
+		PKeyViolations: c.pkeyViolations.Load(),
 	}
 }
 
@@ -76,6 +84,7 @@ func (drv *opened) PortCounters(port uint8) []verbs.PortCounter {
 		{Name: "PortRcvErrors", Value: c.PortRcvErrors}, {Name: "PortXmitDiscards", Value: c.PortXmitDiscards},
 		{Name: "PortXmitWait", Value: c.PortXmitWait},
 		{Name: "ICRCErrors", Value: c.ICRCErrors}, {Name: "UnknownQP", Value: c.UnknownQP},
-		{Name: "SrcAddrErrors", Value: c.SrcAddrErrors},
+		{Name: "SrcAddrErrors", Value: c.SrcAddrErrors}, {Name: "PKeyViolations", Value: c.PKeyViolations},
+		{Name: "PortRcvConstraintErrors", Value: c.PKeyViolations},
 	}
 }

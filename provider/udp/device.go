@@ -27,6 +27,7 @@ type device struct {
 	addr  netip.AddrPort
 	gid   verbs.GID
 	mtu   verbs.MTU
+	pkeys []uint16 // the port's P_Key table (partitions.go); set before the first context sees the device
 	conn  batchConn
 	start time.Time
 	ctrs  counters
@@ -75,8 +76,8 @@ type device struct {
 }
 
 // startDevice opens the device's conn with listen and starts its loop.
-func startDevice(name string, addr netip.AddrPort, listen listenFunc) (*device, error) {
-	d := &device{name: name, addr: addr, start: time.Now(), ctxs: map[*opened]struct{}{},
+func startDevice(name string, addr netip.AddrPort, pkeys []uint16, listen listenFunc) (*device, error) {
+	d := &device{name: name, addr: addr, pkeys: pkeys, start: time.Now(), ctxs: map[*opened]struct{}{},
 		done: make(chan struct{}), kick: make(chan struct{}, 1), nap: time.NewTimer(time.Hour), pacer: rc.NewPacer(0, 0), qps: map[uint32]*qpDriver{}, icrc: map[netip.AddrPort]*wire.ICRCPrefix{},
 		idPre: map[netip.AddrPort]*[udpMaxSegs]wire.ICRCPrefix{}, touched: make([]*qpDriver, 0, 256),
 		held: make([]heldPkt, 0, 64), acks: make([]*qpDriver, 0, 64), scratch: make([]byte, maxDgram)}

@@ -34,6 +34,7 @@ type qpDriver struct {
 	destQPN   uint32
 	peer      netip.AddrPort
 	peerUDP   *net.UDPAddr
+	pkey      uint16 // the P_Key of the QP's pkey_index: sent in every BTH, matched on receive
 	sport     uint16 // the UDP source port, if the conn honours one (message.SrcPort); else 0
 	sendICRC  wire.ICRCPrefix
 	rsn       uint64   // the receive the engine is filling
@@ -71,6 +72,7 @@ func (q *qpDriver) window(mtu int) int {
 
 // state runs in the loop.
 func (q *qpDriver) state(d *device, from, to verbs.QPState, a verbs.QPAttr) {
+	q.pkey = d.pkeyAt(a.PKeyIndex)
 	switch to {
 	case verbs.QPSRTR:
 		if from != verbs.QPSInit {
@@ -174,6 +176,7 @@ func (q *qpDriver) issue(ssn uint64) {
 // encode turns an engine packet into a RoCEv2 datagram in buf.
 func (q *qpDriver) encode(p *rc.Packet, wp *wire.Packet, buf []byte) ([]byte, error) {
 	rcwire.ToWire(p, q.destQPN, wp)
+	wp.BTH.PKey = q.pkey
 	return wire.AppendIB(buf, wp, &q.sendICRC)
 }
 

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/ibex-rdma/ibex/ib"
+	"github.com/ibex-rdma/ibex/internal/partitions"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/rc/rcwire"
 	"github.com/ibex-rdma/ibex/wire"
@@ -134,6 +135,13 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, ce b
 		// their bound port.
 		d.ctrs.srcAddrErrors.Add(1)
 		d.ctrs.rcvErrors.Add(1)
+		return
+	}
+	if !partitions.Match(wp.BTH.PKey, q.pkey) {
+		// Not the QP's partition, or both limited members (IBA 10.9.3;
+		// rxe_recv.c's check_keys). The QP's P_Key is an entry of the
+		// port's table, so a packet that matches it matches the table.
+		d.ctrs.pkeyViolations.Add(1)
 		return
 	}
 	rcwire.FromWire(wp, pkt)

@@ -37,9 +37,10 @@ type provider struct {
 	conf   map[string]netip.AddrPort
 	listen map[string]listenFunc // a device's network, if not a UDP socket (tests)
 	live   map[string]*device
+	pkeys  map[string][]uint16 // a device's P_Key table, from SetPartitions
 }
 
-var prov = &provider{conf: map[string]netip.AddrPort{}, listen: map[string]listenFunc{}, live: map[string]*device{}}
+var prov = &provider{conf: map[string]netip.AddrPort{}, listen: map[string]listenFunc{}, live: map[string]*device{}, pkeys: map[string][]uint16{}}
 
 func init() {
 	addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), wire.UDPPort)
@@ -121,8 +122,11 @@ func (p *provider) Open(name string, c driver.Context) (driver.Device, error) {
 		if listen == nil {
 			listen = defaultListen(name) // AF_XDP or the UDP socket (xdp_linux.go)
 		}
-		var err error
-		if d, err = startDevice(name, addr, listen); err != nil {
+		pkeys, err := p.pkeyTable(name, addr)
+		if err != nil {
+			return nil, err
+		}
+		if d, err = startDevice(name, addr, pkeys, listen); err != nil {
 			return nil, err
 		}
 		p.live[name] = d

@@ -42,6 +42,16 @@ type PortCounterReader interface {
 	PortCounters(port uint8) []verbs.PortCounter
 }
 
+// PKeyTable is a Device whose ports have a P_Key table of their own
+// (partitions): PKeys returns port's table, index by index, each entry a
+// P_Key with bit 15 set for full membership. It must not change while the
+// device is open. Without it a port's table is one entry, 0xffff (full
+// member of the default partition). verbs.Context.QueryPKey reads it, and
+// QP.Modify refuses a pkey_index beyond it.
+type PKeyTable interface {
+	PKeys(port uint8) []uint16
+}
+
 // Progresser is a Device whose transport can make progress in the caller's
 // goroutine (shared memory: serve the rings). verbs.CQ.Poll calls Progress
 // when it finds the CQ empty, so an application that polls drives the
