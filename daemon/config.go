@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ibex-rdma/ibex/internal/partitions"
 	"github.com/ibex-rdma/ibex/internal/units"
 	"github.com/ibex-rdma/ibex/internal/yamlfield"
 	"github.com/ibex-rdma/ibex/wire"
@@ -36,6 +37,11 @@ type Config struct {
 	// DefaultTenant names the tenant of processes no tenant matches;
 	// default "": such a process is refused at attach.
 	DefaultTenant string `yaml:"default_tenant,omitempty"`
+	// Partitions is a partitions.conf (opensm's syntax, internal/partitions)
+	// that gives each device's port its P_Key table: the partitions whose
+	// members include the device's address or GUID. Default "": every port
+	// is a full member of the default partition only.
+	Partitions string `yaml:"partitions"`
 }
 
 // DeviceConfig is one network device ibexd owns: a RoCEv2 device of
@@ -209,7 +215,28 @@ func (c *Config) validate(lines map[string]int) error {
 	v.duration("poll.max_sleep", &c.Poll.MaxSleep, defaultMaxSleep)
 	validateMetrics(v, c.Metrics)
 	c.validateTenants(v)
+	if c.Partitions != "" {
+		for _, d := range c.Devices {
+			if _, err := c.PKeys(d); err != nil {
+				v.bad("partitions", "%v", err)
+				break
+			}
+		}
+	}
 	return errors.Join(v.errs...)
+}
+
+// PKeys is device d's P_Key table from the Partitions file (nil without
+// one: the default table).
+func (c *Config) PKeys(d DeviceConfig) ([]uint16, error) {
+	if c.Partitions == "" {
+		return nil, nil
+	}
+	p, err := partitions.ReadFile(c.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	return p.Table(partitions.Port{Addr: d.AddrPort().Addr()})
 }
 
 func (c *Config) validateCores(v *validator) {
@@ -471,6 +498,7 @@ type configFile struct {
 	Metrics       string         `yaml:"metrics"`
 	Tenants       []TenantConfig `yaml:"tenants,omitempty"`
 	DefaultTenant string         `yaml:"default_tenant,omitempty"`
+	Partitions    string         `yaml:"partitions"`
 }
 
 type pollFile struct {
@@ -487,6 +515,7 @@ func (f *configFile) config() Config {
 		Poll:    Poll{Spin: Duration(f.Poll.Spin), MaxSleep: Duration(f.Poll.MaxSleep)},
 		Metrics: f.Metrics,
 		Tenants: f.Tenants, DefaultTenant: f.DefaultTenant,
+		Partitions: f.Partitions,
 	}
 }
 

@@ -83,6 +83,10 @@ func New(cfg Config) (*Daemon, error) {
 			d.closeDevices()
 			return nil, fmt.Errorf("ibexd: devices[%d]: %w", i, err)
 		}
+		if err := setPKeys(&cfg, dc); err != nil {
+			d.closeDevices()
+			return nil, fmt.Errorf("ibexd: devices[%d]: %w", i, err)
+		}
 		c, err := verbs.Open("udp/" + dc.Name)
 		if err != nil {
 			d.closeDevices()
@@ -288,4 +292,13 @@ func (d *Daemon) Close() error {
 	d.ln.Close()
 	d.shutdown()
 	return nil
+}
+
+// setPKeys gives device dc the P_Key table of cfg's partitions file.
+func setPKeys(cfg *Config, dc DeviceConfig) error {
+	t, err := cfg.PKeys(dc)
+	if err != nil {
+		return fmt.Errorf("partitions: %w", err)
+	}
+	return udp.SetPartitions(dc.Name, t)
 }
