@@ -483,7 +483,9 @@ func restore(cfg Config, hs *handoverState, fds []int) (_ *Daemon, err error) {
 			continue
 		}
 		d.clients[c] = struct{}{}
+		c.tenant.mu.Lock()
 		c.tenant.clients++
+		c.tenant.mu.Unlock()
 	}
 	return d, nil
 }

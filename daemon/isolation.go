@@ -34,7 +34,7 @@ func (c *client) checkModify(qp *verbs.QP, attr *verbs.QPAttr, mask verbs.AttrMa
 	t := c.tenant
 	if mask&verbs.AttrPKeyIndex != 0 {
 		if pkey, ok := pkeyAt(attr.PKeyIndex); ok && !t.allowsPKey(pkey) {
-			return fmt.Errorf("pkey_index %d is P_Key %#04x, not a partition of tenant %q (%s): %w",
+			return fmt.Errorf("pkey_index %d is P_Key 0x%04x, not a partition of tenant %q (%s): %w",
 				attr.PKeyIndex, pkey, t.name, t.partitions(), verbs.ErrInvalidArgument)
 		}
 	}

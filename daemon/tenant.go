@@ -255,7 +255,7 @@ func (t *tenant) allowsPKey(pkey uint16) bool {
 func (t *tenant) partitions() string {
 	var s []string
 	for _, k := range t.pkeys {
-		s = append(s, fmt.Sprintf("%#04x", k))
+		s = append(s, fmt.Sprintf("0x%04x", k))
 	}
 	return strings.Join(append(s, t.names...), ", ")
 }

@@ -608,3 +608,65 @@ func TestForeignHandlesAndKeys(t *testing.T) {
 		t.Errorf("the victim's QP is in %v, want RESET still", s)
 	}
 }
+
+// TestTenantUpgrade: a new daemon that takes over (same config) gives
+// each process its tenant again from the kernel's identity and counts
+// what it holds against the tenant's quotas: the quota reached before the
+// upgrade is reached after it.
+func TestTenantUpgrade(t *testing.T) {
+	const addr = "127.0.0.106"
+	d := startDaemonConfig(t, "", addr, `
+tenants:
+  - name: admin
+    match: {uids: [0]}
+    quotas: {max_qps: 2, max_mrs: 2}
+`)
+	e := openEnd(t, 4096) // a QP and an MR
+	qp, err := e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Destroy()
+	next := exec.Command(ibexBin, "daemon", "--takeover", "--socket", d.sock, "--config", filepath.Join(filepath.Dir(d.sock), "ibexd.yaml"))
+	next.Env = append(os.Environ(), "IBEX_UDP_ADDR="+addr, "IBEX_DAEMON=off")
+	next.Stderr = os.Stderr
+	if err := next.Start(); err != nil {
+		t.Fatal(err)
+	}
+	nextExit := make(chan error, 1)
+	go func() { nextExit <- next.Wait() }()
+	select {
+	case err := <-d.exit:
+		d.done = true
+		if err != nil {
+			t.Fatalf("the old daemon exited: %v", err)
+		}
+	case err := <-nextExit:
+		t.Fatalf("the new daemon exited before it took over: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the old daemon did not exit within 30 s of the takeover")
+	}
+	d.cmd, d.exit, d.done = next, nextExit, false
+	st, err := ibexd.QueryStatus(d.sock, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Tenants) != 1 || st.Tenants[0].Name != "admin" || st.Tenants[0].QPs != 2 || st.Tenants[0].MRs != 1 || st.Tenants[0].Clients != 1 {
+		t.Errorf("the new daemon's tenants: %+v", st.Tenants)
+	}
+	if len(st.Clients) != 1 || st.Clients[0].Tenant != "admin" || st.Clients[0].UID != 0 {
+		t.Errorf("the new daemon's processes: %+v", st.Clients)
+	}
+	if _, err := e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq}); err == nil ||
+		!strings.Contains(err.Error(), `tenant "admin": quota max_qps 2 reached`) {
+		t.Errorf("a third QP after the upgrade: %v", err)
+	}
+	mr, err := e.pd.AllocMR(4096, allAccess)
+	if err != nil {
+		t.Fatalf("a second MR after the upgrade: %v", err)
+	}
+	defer mr.Dereg()
+	if _, err := e.pd.AllocMR(4096, allAccess); err == nil || !strings.Contains(err.Error(), `tenant "admin": quota max_mrs 2 reached`) {
+		t.Errorf("a third MR after the upgrade: %v", err)
+	}
+}
