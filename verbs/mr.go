@@ -133,6 +133,14 @@ func (c *Context) AllocBuf(n int) (buf []byte, free func(), err error) {
 // call. A provider whose peers reach memory without the CPU (shared
 // memory) allocates it where they can map it; others use ordinary Go
 // memory. Dereg frees it: the memory must not be used after Dereg.
+//
+// The region's address (Addr) is a random page-aligned I/O virtual
+// address, as ibv_reg_mr_iova gives one, not the memory's: consecutive
+// allocations come from one pool, and their addresses would tell a peer
+// given one where its neighbours are (ReDMArk's "consecutive MR
+// addresses"). Work requests and peers name its bytes by Addr, as for
+// any MR; Bytes is the memory. RegMR keeps libibverbs' rule (Addr is the
+// buffer's virtual address).
 func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	if n <= 0 {
 		return nil, errorf(ErrInvalidArgument, "alloc mr: length %d", n)
@@ -142,13 +150,13 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	}
 	a, ok := pd.ctx.dev.(memAllocator)
 	if !ok {
-		return pd.regMR(make([]byte, n), 0, false, access, nil, nil)
+		return pd.regMR(make([]byte, n), randIOVA(), true, access, nil, nil)
 	}
 	buf, free, err := a.AllocMem(n)
 	if err != nil {
 		return nil, fmt.Errorf("alloc mr: %w", err)
 	}
-	mr, err := pd.regMR(buf, 0, false, access, free, nil)
+	mr, err := pd.regMR(buf, randIOVA(), true, access, free, nil)
 	if err != nil {
 		free()
 		return nil, err
@@ -272,6 +280,18 @@ type keyTable struct {
 }
 
 var keys = keyTable{lkey: map[uint32]*MR{}, rkey: map[uint32]*MR{}}
+
+// randIOVA is a random page-aligned address in [2^32, 2^47) for an MR
+// AllocMR made: far from zero (a null or small address is never valid)
+// and with room above for any region (max_mr_size is below 2^47).
+func randIOVA() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("verbs: crypto/rand failed: " + err.Error())
+	}
+	v := binary.LittleEndian.Uint64(b[:]) % (1<<47 - 1<<32)
+	return (1<<32 + v) &^ 0xfff
+}
 
 func randKey() uint32 {
 	var b [4]byte

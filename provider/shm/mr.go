@@ -66,9 +66,11 @@ func (n *node) RegMR(mr driver.MR) error {
 	n.keys.byLKey[mr.LKey()] = idx
 	e := n.entry(idx)
 	kind, poolOff := uint32(kindPVM), uint64(0)
+	// Where the memory is, not what the MR calls it: AllocMR's regions
+	// have a random address (their iova), and peers name bytes by it.
 	base := uint64(uintptr(unsafe.Pointer(&n.seg.Mem[0])))
-	if mr.Addr() >= base && mr.Addr()+uint64(mr.Len()) <= base+uint64(len(n.seg.Mem)) {
-		kind, poolOff = kindPool, mr.Addr()-base
+	if p := uint64(uintptr(unsafe.Pointer(&mr.Bytes()[0]))); p >= base && p+uint64(mr.Len()) <= base+uint64(len(n.seg.Mem)) {
+		kind, poolOff = kindPool, p-base
 	}
 	e.u32(keyRKey).Store(mr.RKey())
 	e.u32(keyPD).Store(mr.PD().ID())
