@@ -132,8 +132,14 @@ func (s *session) setup(ctx context.Context, np oob.Params) error {
 		s.qps = append(s.qps, qp)
 		s.byQPN[qp.Num()] = q
 		info := qp.Info()
-		s.local = append(s.local, oob.Dest{LID: s.port.LID, OutReads: outReads, QPN: qp.Num(), PSN: info.PSN,
-			RKey: mr.RKey(), VAddr: mr.Addr() + uint64(s.half), GID: s.port.GID})
+		d := oob.Dest{LID: s.port.LID, OutReads: outReads, QPN: qp.Num(), PSN: info.PSN,
+			RKey: mr.RKey(), VAddr: mr.Addr() + uint64(s.half), GID: s.port.GID}
+		if s.peerIbex {
+			// Between ibex ends the srqn field (XRC's, unused by RC)
+			// carries the QP's receive SPI; a real perftest gets 0.
+			d.SRQN = info.SPI
+		}
+		s.local = append(s.local, d)
 	}
 	s.wcs = make([]verbs.WC, 64)
 	s.recvWR = make([]verbs.RecvWR, 1)
@@ -156,6 +162,9 @@ func (s *session) setup(ctx context.Context, np oob.Params) error {
 	for q, qp := range s.qps {
 		r := s.remote[q]
 		ci := verbs.ConnInfo{QPN: r.QPN, PSN: r.PSN & 0xffffff, GID: r.GID, LID: r.LID, MTU: mtuOf(mtuBytes, s.port.ActiveMTU)}
+		if s.peerIbex {
+			ci.SPI = r.SRQN // the peer's receive SPI (0: it does not encrypt)
+		}
 		if err := qp.Connect(ci, opt); err != nil {
 			return fmt.Errorf("perf: connect qp %d to the peer's %#x: %w", q, r.QPN, err)
 		}

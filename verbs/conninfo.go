@@ -54,18 +54,32 @@ type ConnInfo struct {
 	RKey uint32
 	Addr uint64
 	Len  uint64
+	// SPI is the security parameter index under which this QP receives
+	// sealed packets (package psp); 0: it does not encrypt.
+	SPI uint32
 }
 
-const connInfoVersion = 1
+// Binary versions: 1 is the 48-byte layout; 2 appends the SPI (52 bytes).
+// MarshalBinary writes version 1 when SPI is 0, so that a reader that
+// knows only version 1 still reads every info that does not encrypt.
+const (
+	connInfoVersion   = 1
+	connInfoVersionSP = 2
+)
 
-// connInfoSize is the binary encoding's length.
+// connInfoSize is the binary encoding's length (version 1).
 const connInfoSize = 1 + 4 + 4 + 16 + 2 + 1 + 4 + 8 + 8
 
-// MarshalBinary encodes the info in a fixed 48-byte big-endian layout
-// starting with a version byte.
+// MarshalBinary encodes the info in a fixed big-endian layout starting
+// with a version byte: 48 bytes (version 1), or 52 with a non-zero SPI
+// appended (version 2).
 func (ci ConnInfo) MarshalBinary() ([]byte, error) {
-	b := make([]byte, connInfoSize)
+	b := make([]byte, connInfoSize, connInfoSize+4)
 	b[0] = connInfoVersion
+	if ci.SPI != 0 {
+		b = binary.BigEndian.AppendUint32(b, ci.SPI)
+		b[0] = connInfoVersionSP
+	}
 	binary.BigEndian.PutUint32(b[1:], ci.QPN)
 	binary.BigEndian.PutUint32(b[5:], ci.PSN)
 	copy(b[9:25], ci.GID[:])
@@ -79,13 +93,26 @@ func (ci ConnInfo) MarshalBinary() ([]byte, error) {
 
 // UnmarshalBinary decodes MarshalBinary's layout and validates the fields.
 func (ci *ConnInfo) UnmarshalBinary(b []byte) error {
-	if len(b) != connInfoSize {
-		return fmt.Errorf("%w: conn info: %d bytes, want %d", ErrInvalidArgument, len(b), connInfoSize)
+	if len(b) == 0 || b[0] != connInfoVersion && b[0] != connInfoVersionSP {
+		v := -1
+		if len(b) > 0 {
+			v = int(b[0])
+		}
+		return fmt.Errorf("%w: conn info: version %d, want %d or %d", ErrInvalidArgument, v, connInfoVersion, connInfoVersionSP)
 	}
-	if b[0] != connInfoVersion {
-		return fmt.Errorf("%w: conn info: version %d, want %d", ErrInvalidArgument, b[0], connInfoVersion)
+	want := connInfoSize
+	if b[0] == connInfoVersionSP {
+		want += 4
+	}
+	if len(b) != want {
+		return fmt.Errorf("%w: conn info: %d bytes, want %d for version %d", ErrInvalidArgument, len(b), want, b[0])
 	}
 	var c ConnInfo
+	if b[0] == connInfoVersionSP {
+		if c.SPI = binary.BigEndian.Uint32(b[connInfoSize:]); c.SPI == 0 {
+			return fmt.Errorf("%w: conn info: version 2 with spi 0", ErrInvalidArgument)
+		}
+	}
 	c.QPN = binary.BigEndian.Uint32(b[1:])
 	c.PSN = binary.BigEndian.Uint32(b[5:])
 	copy(c.GID[:], b[9:25])
@@ -114,10 +141,15 @@ func (ci ConnInfo) validate() error {
 }
 
 // MarshalText gives a one-line form in the spirit of perftest's address
-// line: "qpn=0x11 psn=0x4d2a41 gid=... lid=0 mtu=4096 rkey=0x... addr=0x... len=...".
+// line: "qpn=0x11 psn=0x4d2a41 gid=... lid=0 mtu=4096 rkey=0x... addr=0x... len=...",
+// followed by " spi=0x..." when the SPI is not 0.
 func (ci ConnInfo) MarshalText() ([]byte, error) {
-	return fmt.Appendf(nil, "qpn=%#x psn=%#x gid=%v lid=%d mtu=%d rkey=%#x addr=%#x len=%d",
-		ci.QPN, ci.PSN, ci.GID, ci.LID, ci.MTU.Bytes(), ci.RKey, ci.Addr, ci.Len), nil
+	b := fmt.Appendf(nil, "qpn=%#x psn=%#x gid=%v lid=%d mtu=%d rkey=%#x addr=%#x len=%d",
+		ci.QPN, ci.PSN, ci.GID, ci.LID, ci.MTU.Bytes(), ci.RKey, ci.Addr, ci.Len)
+	if ci.SPI != 0 {
+		b = fmt.Appendf(b, " spi=%#x", ci.SPI)
+	}
+	return b, nil
 }
 
 func (ci ConnInfo) String() string {
@@ -125,7 +157,8 @@ func (ci ConnInfo) String() string {
 	return string(b)
 }
 
-// UnmarshalText parses MarshalText's form; every field is required.
+// UnmarshalText parses MarshalText's form; every field but spi is
+// required.
 func (ci *ConnInfo) UnmarshalText(text []byte) error {
 	var c ConnInfo
 	seen := map[string]bool{}
@@ -148,8 +181,8 @@ func (ci *ConnInfo) UnmarshalText(text []byte) error {
 			if err == nil {
 				c.MTU, err = MTUFromBytes(int(n))
 			}
-		case "qpn", "psn", "lid", "rkey", "addr", "len":
-			bitsFor := map[string]int{"qpn": 32, "psn": 32, "lid": 16, "rkey": 32, "addr": 64, "len": 64}[k]
+		case "qpn", "psn", "lid", "rkey", "addr", "len", "spi":
+			bitsFor := map[string]int{"qpn": 32, "psn": 32, "lid": 16, "rkey": 32, "addr": 64, "len": 64, "spi": 32}[k]
 			n, err = strconv.ParseUint(v, 0, bitsFor)
 			switch k {
 			case "qpn":
@@ -164,6 +197,8 @@ func (ci *ConnInfo) UnmarshalText(text []byte) error {
 				c.Addr = n
 			case "len":
 				c.Len = n
+			case "spi":
+				c.SPI = uint32(n)
 			}
 		default:
 			return fmt.Errorf("%w: conn info: unknown field %q", ErrInvalidArgument, k)

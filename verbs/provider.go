@@ -91,6 +91,10 @@ type (
 	qpNumberer interface {
 		QPNum() uint32
 	}
+	securer interface {
+		RecvSPI() uint32
+		PeerSPI(spi uint32) error
+	}
 )
 
 var (

@@ -58,6 +58,7 @@ type QP struct {
 	recvIssue recvIssuer     // drv, when it takes each posted receive
 	modNote   modifyNotifier // drv, when it must agree to every Modify
 	statsRead statsReader    // drv, when its transport keeps the QP counters elsewhere
+	secure    securer        // drv, when its transport can seal the connection (package psp)
 	timer     *time.Timer
 
 	// mu guards everything below it. Lock order: respMu, then mu, then a
@@ -226,6 +227,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	qp.recvIssue, _ = d.(recvIssuer)
 	qp.modNote, _ = d.(modifyNotifier)
 	qp.statsRead, _ = d.(statsReader)
+	qp.secure, _ = d.(securer)
 	if n, ok := d.(qpNumberer); ok {
 		qp.num = n.QPNum()
 	}
@@ -430,14 +432,36 @@ func (qp *QP) Destroy() error {
 // delivering to a QP.
 func (qp *QP) destroyedFast() bool { return qp.dead.Load() }
 
-// Info returns the connection info a peer needs: QPN, initial PSN, and the
-// port's GID, LID and active MTU.
+// Info returns the connection info a peer needs: QPN, initial PSN, the
+// port's GID, LID and active MTU, and the SPI this QP receives sealed
+// packets under (0 unless its device encrypts).
 func (qp *QP) Info() ConnInfo {
 	qp.mu.Lock()
 	port := qp.portLocked(&QPAttr{}, 0)
 	qp.mu.Unlock()
 	pa, _ := qp.ctx.bind.PortAttr(port)
-	return ConnInfo{QPN: qp.num, PSN: qp.initPSN, GID: pa.GID, LID: pa.LID, MTU: pa.ActiveMTU}
+	ci := ConnInfo{QPN: qp.num, PSN: qp.initPSN, GID: pa.GID, LID: pa.LID, MTU: pa.ActiveMTU}
+	if qp.secure != nil {
+		ci.SPI = qp.secure.RecvSPI()
+	}
+	return ci
+}
+
+// SetPeerSPI tells the QP, before it moves to RTR, the SPI its peer
+// receives sealed packets under (the peer's ConnInfo.SPI; 0: the peer does
+// not encrypt). Connect calls it; a program that moves the QP with Modify
+// itself calls it first. The device's policy decides: a device that
+// requires encryption refuses the move to RTR after SetPeerSPI(0) (or
+// without it); one that does not encrypt ignores the SPI. An error names
+// what is wrong with the SPI.
+func (qp *QP) SetPeerSPI(spi uint32) error {
+	if qp.secure == nil {
+		return nil
+	}
+	if err := qp.secure.PeerSPI(spi); err != nil {
+		return fmt.Errorf("qp %#x: peer spi: %w", qp.num, err)
+	}
+	return nil
 }
 
 // ConnectOptions adjusts QP.Connect. Attr fields named in Set override the
@@ -480,6 +504,9 @@ func (qp *QP) Connect(remote ConnInfo, opt ConnectOptions) error {
 		a.AccessFlags |= AccessRemoteAtomic
 	}
 	a.apply(&opt.Attr, opt.Set)
+	if err := qp.SetPeerSPI(remote.SPI); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
 	steps := []struct {
 		state QPState
 		mask  AttrMask

@@ -84,7 +84,11 @@
 // exchange their Test (64 bytes) right after the versions and before
 // check_sys_data, and each reports the differences as a *MismatchError
 // (ErrMismatch): test, -c, -s, -a, -n, -D, -q, -b, GID use. A real perftest
-// never reaches that step, so nothing changes for it.
+// never reaches that step, so nothing changes for it. Between two ibex ends
+// `ibex perf` also puts each QP's receive SPI (verbs.ConnInfo.SPI, package
+// psp's encryption; 0 when its device does not encrypt) in the dest's srqn
+// field, which RC ignores; towards a real perftest it sends 0 there, as
+// perftest does.
 //
 // # Errors and deadlines
 //

@@ -22,6 +22,7 @@ func (drv *opened) NewQP(qp driver.QP) (driver.QPDriver, error) {
 	for i := range q.works {
 		q.works[i].Init(qp.Cap().MaxSendSGE, qp.Cap().MaxInlineData)
 	}
+	q.initPSP()
 	drv.dev.post(cmd{kind: cmdAddQP, q: q})
 	return q, nil
 }

@@ -32,12 +32,20 @@ type PortCounters struct {
 	// without a free TX chunk. IBA counts ticks without link credits; a
 	// socket has no credits, its full buffer is the back-pressure.
 	PortXmitWait uint64
+
+	// Encryption (package psp): sealed packets dropped because their tag
+	// did not authenticate (altered, forged, wrong key), their IV was seen
+	// or too old (replay), their SPI names no SA of the QP (or the QP
+	// does not encrypt); and plaintext packets dropped because their QP
+	// is encrypted. All are in PortRcvErrors too.
+	PSPAuthErrors, PSPReplayDrops, PSPUnknownSPI, PSPPlaintextDrops uint64
 }
 
 type counters struct {
 	xmitData, rcvData, xmitPkts, rcvPkts, rcvErrors, icrcErrors, unknownQP, xmitDiscards atomic.Uint64
 	xmitWait                                                                             atomic.Uint64 // only where a transmit waits
 	srcAddrErrors, pkeyViolations                                                        atomic.Uint64
+	pspAuth, pspReplay, pspUnknownSPI, pspPlain                                          atomic.Uint64 // encryption's drops (psp.go)
 
 	// Not port counters: how the datagrams crossed the socket (the
 	// batchConn counts the messages sent and the system calls).
@@ -60,6 +68,8 @@ func (d *device) counters() PortCounters {
 		ICRCErrors: c.icrcErrors.Load(), UnknownQP: c.unknownQP.Load(), PortXmitDiscards: c.xmitDiscards.Load(),
 		PortXmitWait: c.xmitWait.Load(), SrcAddrErrors: c.srcAddrErrors.Load(),
 		PKeyViolations: c.pkeyViolations.Load(),
+		PSPAuthErrors: c.pspAuth.Load(), PSPReplayDrops: c.pspReplay.Load(), PSPUnknownSPI: c.pspUnknownSPI.Load(),
+		PSPPlaintextDrops: c.pspPlain.Load(),
 	}
 }
 
@@ -86,5 +96,7 @@ func (drv *opened) PortCounters(port uint8) []verbs.PortCounter {
 		{Name: "ICRCErrors", Value: c.ICRCErrors}, {Name: "UnknownQP", Value: c.UnknownQP},
 		{Name: "SrcAddrErrors", Value: c.SrcAddrErrors}, {Name: "PKeyViolations", Value: c.PKeyViolations},
 		{Name: "PortRcvConstraintErrors", Value: c.PKeyViolations},
+		{Name: "PSPAuthErrors", Value: c.PSPAuthErrors}, {Name: "PSPReplayDrops", Value: c.PSPReplayDrops},
+		{Name: "PSPUnknownSPI", Value: c.PSPUnknownSPI}, {Name: "PSPPlaintextDrops", Value: c.PSPPlaintextDrops},
 	}
 }

@@ -31,6 +31,9 @@ type device struct {
 	conn  batchConn
 	start time.Time
 	ctrs  counters
+	psp   devicePSP // encryption's policy and keys (psp.go)
+	// pspQPs are the QPs that announce an SPI, by number (RotatePSP).
+	pspQPs sync.Map
 
 	mu       sync.Mutex // guards cmds and ctxs
 	cmds     []cmd
@@ -81,6 +84,10 @@ func startDevice(name string, addr netip.AddrPort, pkeys []uint16, listen listen
 		done: make(chan struct{}), kick: make(chan struct{}, 1), nap: time.NewTimer(time.Hour), pacer: rc.NewPacer(0, 0), qps: map[uint32]*qpDriver{}, icrc: map[netip.AddrPort]*wire.ICRCPrefix{},
 		idPre: map[netip.AddrPort]*[udpMaxSegs]wire.ICRCPrefix{}, touched: make([]*qpDriver, 0, 256),
 		held: make([]heldPkt, 0, 64), acks: make([]*qpDriver, 0, 64), scratch: make([]byte, maxDgram)}
+	var err error
+	if d.psp, err = loadPSP(name); err != nil {
+		return nil, fmt.Errorf("udp: device %s: %w", name, err)
+	}
 	conn, err := listen(addr, &d.ctrs)
 	if err != nil {
 		return nil, fmt.Errorf("udp: device %s: %w", name, err)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ibex-rdma/ibex/ib"
+	"github.com/ibex-rdma/ibex/psp"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/rc/rcwire"
 	"github.com/ibex-rdma/ibex/verbs"
@@ -27,6 +28,11 @@ type qpDriver struct {
 	// loop takes no packet for the QP from the moment Modify returns, even
 	// in a pass that has not seen the command yet.
 	halted atomic.Bool
+	// Encryption (psp.go): the SPI this QP receives under (0: none), the
+	// peer's (set before RTR), and a rotation asked for (RotatePSP).
+	recvSPI uint32
+	peerSPI atomic.Uint32
+	rotate  atomic.Bool
 
 	// Loop-owned.
 	eng       *rc.Conn
@@ -40,6 +46,8 @@ type qpDriver struct {
 	rsn       uint64   // the receive the engine is filling
 	seen      rc.Stats // engine counters already added to the QP's
 	ready     bool     // on the device's ready list
+	tx        *psp.Sender
+	rx        *psp.Receiver // non-nil: the QP is encrypted, plaintext is dropped
 }
 
 // Issue copies the request and hands it to the loop.
@@ -57,7 +65,10 @@ func (q *qpDriver) StateChanged(from, to verbs.QPState, attr verbs.QPAttr) {
 	q.dev.post(cmd{kind: cmdState, q: q, from: from, to: to, attr: attr})
 }
 
-func (q *qpDriver) Destroy() { q.dev.post(cmd{kind: cmdDelQP, q: q}) }
+func (q *qpDriver) Destroy() {
+	q.dev.pspQPs.CompareAndDelete(q.qp.Num(), q)
+	q.dev.post(cmd{kind: cmdDelQP, q: q})
+}
 
 // window sizes the send window from the socket's receive buffer, so a
 // window of datagrams fits in the peer's buffer (both ends use the same
@@ -105,6 +116,10 @@ func (q *qpDriver) state(d *device, from, to verbs.QPState, a verbs.QPAttr) {
 			Window: q.window(mtu), MaxSendWR: len(q.works), MinRTO: 2e6, Pacer: d.pacer,
 		}, q)
 		if err != nil {
+			q.qp.Fail(fmt.Errorf("udp: qp %#x: %w", q.qp.Num(), err), verbs.EventQPFatal, true)
+			return
+		}
+		if err := q.setupPSP(d, a); err != nil {
 			q.qp.Fail(fmt.Errorf("udp: qp %#x: %w", q.qp.Num(), err), verbs.EventQPFatal, true)
 			return
 		}

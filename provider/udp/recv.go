@@ -5,6 +5,7 @@ import (
 
 	"github.com/ibex-rdma/ibex/ib"
 	"github.com/ibex-rdma/ibex/internal/partitions"
+	"github.com/ibex-rdma/ibex/psp"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/rc/rcwire"
 	"github.com/ibex-rdma/ibex/wire"
@@ -86,6 +87,10 @@ func (d *device) deliver(n int, pkt *rc.Packet, wp *wire.Packet) {
 func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, ce bool, pkt *rc.Packet, wp *wire.Packet) {
 	d.ctrs.rcvPkts.Add(1)
 	d.ctrs.rcvData.Add(uint64(len(b)))
+	if psp.IsSealed(b) {
+		d.receiveSealed(now, b, ce, pkt, wp) // psp.go
+		return
+	}
 	if err := wire.DecodeIB(b, wp); err != nil {
 		d.ctrs.rcvErrors.Add(1)
 		return
@@ -125,6 +130,12 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, ce b
 		d.ctrs.unknownQP.Add(1)
 		return
 	}
+	if q.rx != nil {
+		// An encrypted QP takes sealed packets only.
+		d.ctrs.pspPlain.Add(1)
+		d.ctrs.rcvErrors.Add(1)
+		return
+	}
 	if src.Addr().Unmap() != q.peer.Addr() {
 		// Not from the QP's peer (rxe_recv.c's check_addr compares the
 		// source with the QP's address vector too): an impersonation or
@@ -137,6 +148,11 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, ce b
 		d.ctrs.rcvErrors.Add(1)
 		return
 	}
+	d.toEngine(now, q, ce, pkt, wp)
+}
+
+// toEngine gives the decoded packet wp, ECN-marked if ce, to q's engine.
+func (d *device) toEngine(now int64, q *qpDriver, ce bool, pkt *rc.Packet, wp *wire.Packet) {
 	if !partitions.Match(wp.BTH.PKey, q.pkey) {
 		// Not the QP's partition, or both limited members (IBA 10.9.3;
 		// rxe_recv.c's check_keys). The QP's P_Key is an entry of the

@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/ibex-rdma/ibex/ib"
+	"github.com/ibex-rdma/ibex/psp"
 	"github.com/ibex-rdma/ibex/rc"
 	"github.com/ibex-rdma/ibex/wire"
 )
@@ -72,7 +73,7 @@ func (d *device) drain(now int64, q *qpDriver, pkt *rc.Packet, wp *wire.Packet) 
 		// (after a BTH: most packets have no extension header), so that
 		// encoding does not copy it again.
 		buf := s.bufs[s.nbuf][:0:maxDgram]
-		if !e.Poll(now, pkt, buf[ib.BTHLen:maxDgram]) {
+		if !e.Poll(now, pkt, buf[ib.BTHLen+q.sealOff():maxDgram]) {
 			break
 		}
 		if !s.reachable(q.peer) {
@@ -194,26 +195,33 @@ func (d *device) release(q *qpDriver, wp *wire.Packet) {
 
 // encode queues pkt for q's peer, encoded in buf, the transmit queue's
 // next buffer, with the ICRC for the IPv4 ID the datagram will leave with.
+//
+// A sealed packet (the QP is encrypted) is longer by psp.Overhead, and
+// starts sealOff bytes later in buf until it is sealed (psp.go).
 func (d *device) encode(q *qpDriver, pkt *rc.Packet, wp *wire.Packet, buf []byte) {
 	s := &d.tx
 	n := len(pkt.Payload)
 	hl := pkt.Opcode.HeaderLen()
-	if n > 0 && hl != ib.BTHLen && unsafe.SliceData(pkt.Payload) == &buf[:cap(buf)][ib.BTHLen] {
+	off := q.sealOff()
+	if n > 0 && hl != ib.BTHLen && unsafe.SliceData(pkt.Payload) == &buf[:cap(buf)][ib.BTHLen+off] {
 		// Move the payload to where this opcode's headers end. It fits:
 		// headers of packets with payload are at most 32 bytes.
-		if hl+n <= cap(buf) {
-			pkt.Payload = buf[hl : hl+n]
-			copy(pkt.Payload, buf[ib.BTHLen:ib.BTHLen+n])
+		if off+hl+n <= cap(buf) {
+			pkt.Payload = buf[off+hl : off+hl+n]
+			copy(pkt.Payload, buf[off+ib.BTHLen:off+ib.BTHLen+n])
 		}
 	}
 	size := hl + n + (-n & 3) + ib.ICRCLen
+	if q.tx != nil {
+		size += psp.Overhead
+	}
 	id := s.join(q.peer, q.sport, size)
 	b, err := d.encodeID(q, pkt, wp, buf, id)
 	if err != nil {
 		d.ctrs.xmitDiscards.Add(1)
 		return
 	}
-	if got := s.push(q.peer, q.sport, b); got != id {
+	if got := s.push(q.peer, q.sport, b); got != id && q.tx == nil {
 		// Not the size predicted (a bug, but keep the wire right).
 		_, _ = d.encodeID(q, pkt, wp, b[:0], got)
 	}
@@ -221,6 +229,9 @@ func (d *device) encode(q *qpDriver, pkt *rc.Packet, wp *wire.Packet, buf []byte
 
 // encodeID encodes pkt with the ICRC computed for IPv4 ID id.
 func (d *device) encodeID(q *qpDriver, pkt *rc.Packet, wp *wire.Packet, buf []byte, id int) ([]byte, error) {
+	if q.tx != nil {
+		return q.seal(pkt, wp, buf) // no ICRC: the tag protects it
+	}
 	if id == 0 || d.tx.v6 {
 		return q.encode(pkt, wp, buf)
 	}

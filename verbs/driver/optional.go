@@ -118,3 +118,17 @@ type StatsReader interface {
 type RecvNotifier interface {
 	RecvPosted()
 }
+
+// Securer is a QPDriver whose transport can seal its connection (package
+// psp: AES-GCM per connection, keys derived from a cluster master key and
+// an SPI). RecvSPI is the SPI the QP receives sealed packets under, which
+// verbs.QP.Info puts in ConnInfo.SPI (0: the QP does not encrypt); it is
+// fixed for the QP's life. PeerSPI is called by verbs.QP.SetPeerSPI
+// (Connect calls it before RTR) with the peer's SPI (0: the peer does not
+// encrypt); the transport keeps it for the move to RTR and may refuse that
+// move, through ModifyNotifier, if its policy requires encryption and the
+// peer does not offer it. Neither may block.
+type Securer interface {
+	RecvSPI() uint32
+	PeerSPI(spi uint32) error
+}
