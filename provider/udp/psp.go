@@ -207,7 +207,10 @@ func (q *qpDriver) seal(p *rc.Packet, wp *wire.Packet, buf []byte) ([]byte, erro
 // receiveSealed opens a sealed datagram (TVer 1) and hands its plain
 // packet to the QP's engine. A datagram that fails is counted and
 // dropped before any engine sees it.
-func (d *device) receiveSealed(now int64, b []byte, ce bool, pkt *rc.Packet, wp *wire.Packet) {
+//
+// The source check (recv.go's) comes before the tag's: a datagram from
+// another address than the QP's peer costs no AES-GCM.
+func (d *device) receiveSealed(now int64, b []byte, src netip.AddrPort, ce bool, pkt *rc.Packet, wp *wire.Packet) {
 	if len(b) < psp.MinLen || len(b)%4 != 0 || !ib.Opcode(b[0]).Valid() {
 		d.ctrs.rcvErrors.Add(1)
 		return
@@ -216,6 +219,11 @@ func (d *device) receiveSealed(now int64, b []byte, ce bool, pkt *rc.Packet, wp 
 	q := d.qps[qpn]
 	if q == nil || q.eng == nil || q.dropAfter || q.halted.Load() {
 		d.ctrs.unknownQP.Add(1)
+		return
+	}
+	if src.Addr().Unmap() != q.peer.Addr() {
+		d.ctrs.srcAddrErrors.Add(1)
+		d.ctrs.rcvErrors.Add(1)
 		return
 	}
 	if q.rx == nil {

@@ -151,7 +151,8 @@ func TestPSPFaulty(t *testing.T) {
 	}
 }
 
-// TestPSPAttacks sends, from an attacker's address on the network, copies
+// TestPSPAttacks sends, from the peer's address (spoofed: another port;
+// from any other address the source check drops them first), copies
 // of a live connection's sealed datagrams (replays), altered copies (one
 // bit flipped, in every part), a forged plaintext packet with a right
 // ICRC, and a sealed packet under an unknown SPI, all aimed at the
@@ -182,7 +183,7 @@ func TestPSPAttacks(t *testing.T) {
 		t.Fatal("no sealed datagram seen")
 	}
 	victim := netip.MustParseAddrPort("10.0.0.2:4791")
-	evil := n.net.Endpoint(netip.MustParseAddrPort("10.0.0.66:4791"))
+	evil := n.net.Endpoint(netip.MustParseAddrPort("10.0.0.1:5000"))
 	base, _ := Counters(db)
 	send := func(p []byte) {
 		evil.Send(victim, [][]byte{p})

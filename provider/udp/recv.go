@@ -88,7 +88,7 @@ func (d *device) receive(now int64, b []byte, src netip.AddrPort, id int32, ce b
 	d.ctrs.rcvPkts.Add(1)
 	d.ctrs.rcvData.Add(uint64(len(b)))
 	if psp.IsSealed(b) {
-		d.receiveSealed(now, b, ce, pkt, wp) // psp.go
+		d.receiveSealed(now, b, src, ce, pkt, wp) // psp.go
 		return
 	}
 	if err := wire.DecodeIB(b, wp); err != nil {
