@@ -68,7 +68,7 @@ func (d *device) counters() PortCounters {
 		ICRCErrors: c.icrcErrors.Load(), UnknownQP: c.unknownQP.Load(), PortXmitDiscards: c.xmitDiscards.Load(),
 		PortXmitWait: c.xmitWait.Load(), SrcAddrErrors: c.srcAddrErrors.Load(),
 		PKeyViolations: c.pkeyViolations.Load(),
-		PSPAuthErrors: c.pspAuth.Load(), PSPReplayDrops: c.pspReplay.Load(), PSPUnknownSPI: c.pspUnknownSPI.Load(),
+		PSPAuthErrors:  c.pspAuth.Load(), PSPReplayDrops: c.pspReplay.Load(), PSPUnknownSPI: c.pspUnknownSPI.Load(),
 		PSPPlaintextDrops: c.pspPlain.Load(),
 	}
 }
