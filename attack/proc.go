@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -18,18 +19,28 @@ type proc struct {
 	in     io.WriteCloser
 	stderr bytes.Buffer
 	lines  chan string
+	mark   int // the sniffer's index when it started
 }
 
 // startVictim starts a victim with args and env entries added, and waits
 // for its first status, which says it is set up.
 func (s *Suite) startVictim(env []string, args ...string) (*proc, error) {
+	return s.startAs(0, env, args...)
+}
+
+// startAs is startVictim with the primary group gid (0: this process's):
+// the daemon cases' tenants are told apart by it.
+func (s *Suite) startAs(gid uint32, env []string, args ...string) (*proc, error) {
 	cmd := s.cfg.Victim(args)
 	cmd.Env = append(append(cmd.Environ(), s.env...), env...)
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL // no victim outlives the suite
-	p := &proc{cmd: cmd, lines: make(chan string, 16)}
+	if gid != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(os.Getuid()), Gid: gid, NoSetGroups: true}
+	}
+	p := &proc{cmd: cmd, lines: make(chan string, 16), mark: s.sn.Mark()}
 	cmd.Stderr = &p.stderr
 	var err error
 	if p.in, err = cmd.StdinPipe(); err != nil {

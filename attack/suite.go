@@ -157,6 +157,8 @@ type Suite struct {
 	raw   *RawForger
 	udp   *UDPForger
 	plain string // encrypted mode: why encryption is not in effect ("" it is)
+
+	exhausted *exhaustRun // the exhaustion cases' shared run
 }
 
 // Run runs the selected cases in order, each against victims of its own.

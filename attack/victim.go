@@ -63,6 +63,11 @@ type Status struct {
 	VA     uint64 `json:"va,omitempty"`
 	Len    uint64 `json:"len,omitempty"`
 	Secret bool   `json:"secret"`
+
+	// Daemon tenants: what a probe could not create; the keys a process
+	// of the attacker's own was given.
+	Failed []string `json:"failed,omitempty"`
+	Keys   []uint32 `json:"keys,omitempty"`
 }
 
 const (
@@ -81,6 +86,13 @@ func VictimMain(args []string, in io.Reader, out io.Writer) error {
 	b := fs.String("b", "127.0.0.111", "pair: responder address; server: the server's address")
 	dev := fs.String("device", "", "use this device (e.g. ibexd/udp0) instead of udp devices of this process")
 	pd := fs.String("pd", "separate", "server: the client QP's PD and the secret MR's: same or separate")
+	pkeyIndex := fs.Uint("pkey-index", 0, "pair: the QPs' pkey_index")
+	config := fs.String("config", "", "daemon: ibexd's configuration file")
+	attachOnly := fs.Bool("attach-only", false, "hog: only attach")
+	qpn := fs.Uint("qpn", 0, "intruder: the victim QP")
+	psn := fs.Uint("psn", 0, "intruder: the PSN it expects")
+	rkey := fs.Uint("rkey", 0, "intruder: the rkey")
+	va := fs.Uint64("va", 0, "intruder: the address")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -89,9 +101,19 @@ func VictimMain(args []string, in io.Reader, out io.Writer) error {
 	useAlloc = *dev != ""
 	switch *mode {
 	case "pair":
-		v, err = newPair(*dev, *a, *b)
+		v, err = newPair(*dev, *a, *b, uint16(*pkeyIndex))
 	case "server":
 		v, err = newServer(*dev, *a, *b, *pd == "same")
+	case "daemon":
+		v, err = newDaemonProc(*config)
+	case "hog":
+		v, err = newHog(*dev, *attachOnly)
+	case "probe":
+		v = newProbe(*dev)
+	case "keys":
+		v, err = newKeys(*dev)
+	case "intruder":
+		v = newIntruder(*dev, command{QPN: uint32(*qpn), PSN: uint32(*psn)}, uint32(*rkey), *va)
 	default:
 		err = fmt.Errorf("victim: mode %q: want pair or server", *mode)
 	}
@@ -182,11 +204,13 @@ func regMR(pd *verbs.PD, size int) (*verbs.MR, error) {
 	return pd.RegMR(make([]byte, size), access)
 }
 
-func connect(x, y *end) error {
-	if err := x.qp.Connect(y.qp.Info(), verbs.ConnectOptions{}); err != nil {
+func connect(x, y *end) error { return connectWith(x, y, verbs.ConnectOptions{}) }
+
+func connectWith(x, y *end, opt verbs.ConnectOptions) error {
+	if err := x.qp.Connect(y.qp.Info(), opt); err != nil {
 		return err
 	}
-	return y.qp.Connect(x.qp.Info(), verbs.ConnectOptions{})
+	return y.qp.Connect(x.qp.Info(), opt)
 }
 
 // writeWait posts one signalled WRITE of src's [off, off+n) to (rkey, va)
@@ -230,7 +254,7 @@ type pair struct {
 	snap   []byte // and what it held then
 }
 
-func newPair(dev, a, b string) (*pair, error) {
+func newPair(dev, a, b string, pkeyIndex uint16) (*pair, error) {
 	ca, err := open(dev, "atvica", a)
 	if err != nil {
 		return nil, err
@@ -248,7 +272,13 @@ func newPair(dev, a, b string) (*pair, error) {
 	if p.b, err = newEnd(cb, nil, 2*halfLen); err != nil {
 		return nil, err
 	}
-	if err := connect(p.a, p.b); err != nil {
+	opt := verbs.ConnectOptions{}
+	if pkeyIndex != 0 {
+		// A partition that may not carry the traffic: end its WRITE soon.
+		opt = verbs.ConnectOptions{Set: verbs.AttrPKeyIndex | verbs.AttrTimeout | verbs.AttrRetryCnt,
+			Attr: verbs.QPAttr{PKeyIndex: pkeyIndex, Timeout: 12, RetryCnt: 1}}
+	}
+	if err := connectWith(p.a, p.b, opt); err != nil {
 		return nil, err
 	}
 	go p.run()

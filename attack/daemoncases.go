@@ -1,0 +1,295 @@
+package attack
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ibex-rdma/ibex/ib"
+)
+
+// The daemon cases' tenants, told apart by the primary group of their
+// processes (which stay root, so that they can run the suite's binary
+// wherever it is): red is the attacker's, green the victim's. A process of
+// neither group matches no tenant and is refused.
+const (
+	gidRed   = 61021
+	gidGreen = 61022
+	// maxClients is the daemon's limit on attached processes.
+	maxClients = 8
+)
+
+// daemonConfig is ibexd's configuration for the daemon cases: small
+// per-process limits, and tenant quotas for red and green.
+func daemonConfig(sock string) string {
+	return fmt.Sprintf(`socket: %s
+devices:
+  - name: udp0
+    address: %s
+    xdp: "off"
+limits:
+  max_clients: %d
+  max_qps: 16
+  max_cqs: 8
+  max_mrs: 64
+  max_memory: 16M
+tenants:
+  - name: red
+    match:
+      gids: [%d]
+    quotas: {max_qps: 24, max_cqs: 12, max_mrs: 96, max_memory: 24M}
+  - name: green
+    match:
+      gids: [%d]
+    quotas: {max_qps: 24, max_cqs: 12, max_mrs: 96, max_memory: 24M}
+`, sock, AddrDaemon, maxClients, gidRed, gidGreen)
+}
+
+// daemonEnv is what a process attaching to the suite's daemon needs.
+func (s *Suite) daemonEnv() []string {
+	return []string{"IBEX_DAEMON=on", "IBEX_DAEMON_SOCKET=" + filepath.Join(s.dir, "ibexd.sock")}
+}
+
+// startDaemon starts ibexd as a process of its own.
+func (s *Suite) startDaemon() (*proc, error) {
+	sock := filepath.Join(s.dir, "ibexd.sock")
+	_ = os.Remove(sock)
+	conf := filepath.Join(s.dir, "ibexd.yaml")
+	if err := os.WriteFile(conf, []byte(daemonConfig(sock)), 0o644); err != nil {
+		return nil, err
+	}
+	return s.startVictim(nil, "--mode", "daemon", "--config", conf)
+}
+
+const daemonDev = "ibexd/udp0"
+
+// rkeyTenant: a server of the green tenant on the daemon, client QP and
+// secret MR in one PD; the red attacker learns the keys its own tenant is
+// given by the same daemon and tries those, their neighbours, its grant's
+// and random ones.
+func (s *Suite) rkeyTenant() (Outcome, string) {
+	d, err := s.startDaemon()
+	if err != nil {
+		return failed("daemon", err)
+	}
+	defer d.stop()
+	k, err := s.startAs(gidRed, s.daemonEnv(), "--mode", "keys", "--device", daemonDev)
+	if err != nil {
+		return failed("the attacker's own keys", err)
+	}
+	own, err := k.stop()
+	if err != nil {
+		return failed("the attacker's own keys", err)
+	}
+	v, err := s.startAs(gidGreen, s.daemonEnv(), "--mode", "server", "--pd", "same", "--device", daemonDev)
+	if err != nil {
+		return failed("victim", err)
+	}
+	defer v.stop()
+	return s.rkeyGuess(v, AddrDaemon, AddrDaemon, own.Keys, false)
+}
+
+// tenantMemory: a pair of the green tenant on the daemon; the red attacker
+// sniffs its WRITEs, and a process of its own on the same daemon connects a
+// QP to the victim's responder and WRITEs with the sniffed rkey and address
+// at the PSN it expects: the daemon sends it from the victim's own address.
+func (s *Suite) tenantMemory() (Outcome, string) {
+	d, err := s.startDaemon()
+	if err != nil {
+		return failed("daemon", err)
+	}
+	defer d.stop()
+	v, err := s.startAs(gidGreen, s.daemonEnv(), "--mode", "pair", "--device", daemonDev)
+	if err != nil {
+		return failed("victim", err)
+	}
+	defer v.stop()
+	same := from(AddrDaemon, AddrDaemon)
+	if _, _, ok := s.sn.Wait(v.mark, 3*time.Second, func(x *Seen) bool { return same(x) && isWrite(x) }); !ok {
+		return Blocked, "no WRITE seen from the victim"
+	}
+	if _, err := v.ask(command{Cmd: "pause"}); err != nil {
+		return failed("pause", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	w, ok := s.last(v.mark, func(x *Seen) bool { return same(x) && x.BTH.Opcode.Has(ib.MaskRequest) })
+	if !ok || !isWrite(&w) {
+		return Blocked, "the victim's last request is not a WRITE"
+	}
+	if !w.Decoded {
+		return Blocked, fmt.Sprintf("sniffed WRITE not readable (secured: %v): no rkey or address learnt", secured(&w))
+	}
+	in, err := s.startAs(gidRed, s.daemonEnv(), "--mode", "intruder", "--device", daemonDev,
+		"--qpn", fmt.Sprint(w.BTH.DestQP), "--psn", fmt.Sprint(ib.PSNAdd(w.BTH.PSN, 1)),
+		"--rkey", fmt.Sprint(w.Packet.RETH.RKey), "--va", fmt.Sprint(w.Packet.RETH.VA))
+	if err != nil {
+		return failed("intruder", err)
+	}
+	ist, err := in.stop()
+	if err != nil {
+		return failed("intruder", err)
+	}
+	if _, err := v.ask(command{Cmd: "resume"}); err != nil {
+		return failed("resume", err)
+	}
+	st, err := waitWrites(v, 2*slots)
+	if err != nil {
+		return failed("status", err)
+	}
+	o, dmg := damage(st)
+	got := "WRITE completed " + ist.Hole
+	if ist.LastErr != "" {
+		got = ist.LastErr
+	}
+	if ist.Hole == "SUCCESS" {
+		o = Succeeded
+	}
+	return o, fmt.Sprintf("intruder: %s; %s", got, dmg)
+}
+
+// exhaustion has the red tenant take all it can of the daemon (two hog
+// processes taking CQs, QPs, MRs and memory until refused), then a green
+// process creates one of each. It returns what green could not create.
+func (s *Suite) exhaustion() (failedKinds []string, detail string, err error) {
+	d, err := s.startDaemon()
+	if err != nil {
+		return nil, "", err
+	}
+	defer d.stop()
+	var hogs []*proc
+	defer func() {
+		for _, h := range hogs {
+			_, _ = h.stop()
+		}
+	}()
+	var took []string
+	for range 2 {
+		h, err := s.startAs(gidRed, s.daemonEnv(), "--mode", "hog", "--device", daemonDev)
+		if err != nil {
+			return nil, "", fmt.Errorf("hog: %w", err)
+		}
+		hogs = append(hogs, h)
+		st, err := h.ask(command{Cmd: "status"})
+		if err != nil {
+			return nil, "", err
+		}
+		took = append(took, st.LastErr)
+	}
+	p, err := s.startAs(gidGreen, s.daemonEnv(), "--mode", "probe", "--device", daemonDev)
+	if err != nil {
+		return nil, "", fmt.Errorf("probe: %w", err)
+	}
+	st, err := p.stop()
+	if err != nil {
+		return nil, "", err
+	}
+	detail = "red's two processes took: " + strings.Join(took, " | ")
+	if st.LastErr != "" {
+		detail += "; green: " + st.LastErr
+	}
+	return st.Failed, detail, nil
+}
+
+// exhaust returns the case for one resource; the four share one run.
+func exhaust(kind string) func(*Suite) (Outcome, string) {
+	return func(s *Suite) (Outcome, string) {
+		if s.exhausted == nil {
+			f, d, err := s.exhaustion()
+			if err != nil {
+				return failed("exhaustion", err)
+			}
+			s.exhausted = &exhaustRun{failed: f, detail: d}
+		}
+		e := s.exhausted
+		if slices.Contains(e.failed, kind) || slices.Contains(e.failed, "attach") {
+			return Succeeded, fmt.Sprintf("green could not create a %s; %s", kind, e.detail)
+		}
+		return Blocked, fmt.Sprintf("green created its %s; %s", kind, e.detail)
+	}
+}
+
+type exhaustRun struct {
+	failed []string
+	detail string
+}
+
+// exhaustClients: the red tenant attaches as many processes as the daemon
+// takes; then a green process attaches.
+func (s *Suite) exhaustClients() (Outcome, string) {
+	d, err := s.startDaemon()
+	if err != nil {
+		return failed("daemon", err)
+	}
+	defer d.stop()
+	var hogs []*proc
+	defer func() {
+		for _, h := range hogs {
+			_, _ = h.stop()
+		}
+	}()
+	refused := ""
+	for range maxClients {
+		h, err := s.startAs(gidRed, s.daemonEnv(), "--mode", "hog", "--attach-only", "--device", daemonDev)
+		if err != nil {
+			refused = firstLine(err.Error())
+			break
+		}
+		hogs = append(hogs, h)
+	}
+	p, err := s.startAs(gidGreen, s.daemonEnv(), "--mode", "probe", "--device", daemonDev)
+	if err != nil {
+		return failed("probe", err)
+	}
+	st, err := p.stop()
+	if err != nil {
+		return failed("probe", err)
+	}
+	d0 := fmt.Sprintf("red attached %d processes (daemon max_clients %d)", len(hogs), maxClients)
+	if refused != "" {
+		d0 += ", then was refused: " + refused
+	}
+	if slices.Contains(st.Failed, "attach") {
+		return Succeeded, d0 + "; green could not attach: " + st.LastErr
+	}
+	return Blocked, d0 + "; green attached"
+}
+
+// partitionsConf makes both pair addresses limited members of one
+// partition (P_Key index 1 of their tables), beside the default one.
+const partitionsConf = "Default=0x7fff : ALL=full;\natpart=0x8021 : ALL=limited;\n"
+
+// partition: two limited members of one partition try to exchange data (a
+// pair whose QPs use the partition's pkey_index).
+func (s *Suite) partition() (Outcome, string) {
+	conf := filepath.Join(s.dir, "partitions.conf")
+	if err := os.WriteFile(conf, []byte(partitionsConf), 0o644); err != nil {
+		return failed("partitions.conf", err)
+	}
+	v, err := s.startVictim([]string{"IBEX_UDP_PARTITIONS=" + conf}, "--mode", "pair", "--pkey-index", "1")
+	if err != nil {
+		if strings.Contains(err.Error(), "pkey") || strings.Contains(err.Error(), "P_Key") {
+			return NA, "partitions not available to the victim: " + firstLine(err.Error())
+		}
+		return failed("victim", err)
+	}
+	defer v.stop()
+	var st Status
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, err = v.ask(command{Cmd: "status"}); err != nil {
+			return failed("status", err)
+		}
+		if st.Writes > 0 || st.Errors > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d := fmt.Sprintf("limited-limited pair: %d WRITEs landed, %d failed (%s)", st.Writes, st.Errors, st.LastErr)
+	if st.Writes > 0 {
+		return Succeeded, d
+	}
+	return Blocked, d
+}
