@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Outcome is what an attack achieved, or why it was not tried.
@@ -175,6 +177,15 @@ func Run(cfg Config) (*Report, error) {
 	cases, err := selectCases(cfg.Cases)
 	if err != nil {
 		return nil, err
+	}
+	// One suite at a time on this host: they share the addresses.
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ibex-attack.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("attack: lock %s: %w", lock.Name(), err)
 	}
 	s := &Suite{cfg: cfg, mode: Plain, rng: rand.New(rand.NewPCG(cfg.Seed, 21))}
 	if cfg.Encrypt {
