@@ -149,7 +149,7 @@ func (d *Daemon) attach(ctx context.Context, conn *net.UnixConn, req *ibexdwire.
 	}
 	attr := vctx.QueryDevice()
 	pa, _ := vctx.QueryPort(1)
-	resp := &ibexdwire.Response{ID: req.ID, DaemonPID: os.Getpid(), Attr: &attr, Ports: []verbs.PortAttr{pa}}
+	resp := &ibexdwire.Response{ID: req.ID, DaemonPID: os.Getpid(), Attr: &attr, Ports: []verbs.PortAttr{pa}, PKeys: pkeyTable(vctx)}
 	if err := ibexdwire.Send(conn, resp, c.eng.db.FD); err != nil {
 		c.detachAs(err, false)
 		return nil, err
@@ -157,6 +157,23 @@ func (d *Daemon) attach(ctx context.Context, conn *net.UnixConn, req *ibexdwire.
 	c.eng.add(c)
 	go c.events(cctx)
 	return c, nil
+}
+
+// pkeyTable is port 1's P_Key table of c.
+func pkeyTable(c *verbs.Context) []uint16 {
+	pa, err := c.QueryPort(1)
+	if err != nil {
+		return nil
+	}
+	t := make([]uint16, 0, pa.PKeyTblLen)
+	for i := range pa.PKeyTblLen {
+		k, err := c.QueryPKey(1, i)
+		if err != nil {
+			return nil
+		}
+		t = append(t, k)
+	}
+	return t
 }
 
 func commandOf(pid int) string {

@@ -18,22 +18,18 @@ import (
 // Across hosts the daemon cannot know the far QP's tenant: there
 // partitions (P_Keys on the wire) and encryption keep tenants apart.
 
-// pkeyAt is the P_Key at index i of a port's P_Key table. The daemon's
-// devices have the one-entry table of provider/udp today: the default
-// partition, full membership, at index 0 (verbs refuses any other index).
-func pkeyAt(i uint16) (uint16, bool) {
-	if i == 0 {
-		return defaultPKey, true
-	}
-	return 0, false
-}
-
 // checkModify refuses a Modify of q that would give the tenant a P_Key or
 // a destination it may not use (c.mu held).
 func (c *client) checkModify(qp *verbs.QP, attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	t := c.tenant
 	if mask&verbs.AttrPKeyIndex != 0 {
-		if pkey, ok := pkeyAt(attr.PKeyIndex); ok && !t.allowsPKey(pkey) {
+		port := qp.Query().Port
+		if mask&verbs.AttrPort != 0 {
+			port = attr.Port
+		}
+		// An index beyond the port's table (or a bad port) is verbs'
+		// to refuse, naming it.
+		if pkey, err := c.ctx.QueryPKey(max(port, 1), int(attr.PKeyIndex)); err == nil && !t.allowsPKey(pkey) {
 			return fmt.Errorf("pkey_index %d is P_Key 0x%04x, not a partition of tenant %q (%s): %w",
 				attr.PKeyIndex, pkey, t.name, t.partitions(), verbs.ErrInvalidArgument)
 		}

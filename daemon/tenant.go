@@ -163,8 +163,8 @@ var quotaNames = [nResources]string{"max_qps", "max_cqs", "max_mrs", "max_memory
 type tenant struct {
 	name    string
 	limit   [nResources]uint64 // 0: none
-	pkeys   []int              // allowed P_Keys; nil with names: see partitions
-	names   []string           // allowed partition names
+	pkeys   []uint16           // allowed P_Keys (names resolved: full membership)
+	parts   []string           // the partitions as the config gives them
 	anyPart bool               // no partitions configured: any
 	bucket  *bucket            // nil: no rate
 
@@ -173,15 +173,17 @@ type tenant struct {
 	clients int
 }
 
-func newTenant(tc *TenantConfig) *tenant {
-	t := &tenant{name: tc.Name, anyPart: len(tc.Partitions) == 0}
+// newTenant is tc at run time; cfg resolves partition names (a Config
+// that passed Validate resolves them all).
+func newTenant(cfg *Config, tc *TenantConfig) *tenant {
+	t := &tenant{name: tc.Name, anyPart: len(tc.Partitions) == 0, parts: tc.Partitions}
 	q := &tc.Quotas
 	t.limit = [nResources]uint64{uint64(q.MaxQPs), uint64(q.MaxCQs), uint64(q.MaxMRs), sizeOf(q.MaxMemory)}
 	for _, p := range tc.Partitions {
 		if k, _ := parsePartition(p); k > 0 {
+			t.pkeys = append(t.pkeys, uint16(k))
+		} else if k, msg := cfg.partitionKey(p); msg == "" {
 			t.pkeys = append(t.pkeys, k)
-		} else {
-			t.names = append(t.names, p)
 		}
 	}
 	if rate := sizeOf(q.Rate); rate > 0 {
@@ -199,11 +201,11 @@ func newTenant(tc *TenantConfig) *tenant {
 func tenantsOf(cfg *Config) map[string]*tenant {
 	m := map[string]*tenant{}
 	if len(cfg.Tenants) == 0 {
-		m[ImplicitTenant] = newTenant(&TenantConfig{Name: ImplicitTenant})
+		m[ImplicitTenant] = newTenant(cfg, &TenantConfig{Name: ImplicitTenant})
 		return m
 	}
 	for i := range cfg.Tenants {
-		m[cfg.Tenants[i].Name] = newTenant(&cfg.Tenants[i])
+		m[cfg.Tenants[i].Name] = newTenant(cfg, &cfg.Tenants[i])
 	}
 	return m
 }
@@ -242,23 +244,14 @@ func (t *tenant) allowsPKey(pkey uint16) bool {
 		return true
 	}
 	for _, k := range t.pkeys {
-		if uint16(k) == pkey || (k&0x8000 != 0 && uint16(k&0x7fff) == pkey&0x7fff) {
+		if k == pkey || (k&0x8000 != 0 && k&0x7fff == pkey&0x7fff) {
 			return true
 		}
-	}
-	if pkey == defaultPKey && slices.Contains(t.names, ImplicitTenant) {
-		return true // "default" names the default partition, as in partitions.conf
 	}
 	return false
 }
 
-func (t *tenant) partitions() string {
-	var s []string
-	for _, k := range t.pkeys {
-		s = append(s, fmt.Sprintf("0x%04x", k))
-	}
-	return strings.Join(append(s, t.names...), ", ")
-}
+func (t *tenant) partitions() string { return strings.Join(t.parts, ", ") }
 
 func (t *tenant) status() ibexdwire.TenantStatus {
 	t.mu.Lock()

@@ -27,7 +27,7 @@ import (
 //
 //	qps N          create up to N QPs -> "qps K ERR" (K made, ERR the first failure)
 //	mrs N SIZE     register up to N MRs of SIZE bytes -> "mrs K ERR"
-//	init           move a fresh QP to INIT (pkey_index 0) -> "init ERR"
+//	init I         move a fresh QP to INIT with pkey_index I -> "init ERR"
 //	steal INFO     with INFO another process's end (end.info): connect a
 //	               fresh QP to its QP -> "connect ERR"; then WRITE with its
 //	               address and rkey through a pair of this process's own
@@ -59,6 +59,9 @@ func tenantChild() int {
 			continue
 		}
 		arg := func(i int) int {
+			if i >= len(f) {
+				return 0
+			}
 			n, _ := strconv.Atoi(f[i])
 			return n
 		}
@@ -87,7 +90,8 @@ func tenantChild() int {
 			qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq})
 			if err == nil {
 				keep = append(keep, qp)
-				err = qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
+				err = qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, PKeyIndex: uint16(arg(1))},
+					verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
 			}
 			fmt.Println("init", oneLine(err))
 		case "steal":
@@ -255,7 +259,13 @@ const (
 // takes is refused at attach. The status shows who each process is.
 func TestTenantQuotas(t *testing.T) {
 	bin := userBin(t)
+	// The port's P_Key table: 0xffff (index 0), 0x8002 (index 1).
+	parts := filepath.Join(t.TempDir(), "partitions.conf")
+	if err := os.WriteFile(parts, []byte("Default=0x7fff : ALL=full;\ngreen=0x0002 : ALL=full;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	d := startDaemonConfig(t, "", "127.0.0.100", fmt.Sprintf(`
+partitions: %s
 tenants:
   - name: blue
     match: {uids: [%d]}
@@ -266,7 +276,7 @@ tenants:
     quotas: {max_qps: 3, max_mrs: 2}
   - name: admin
     match: {uids: [0]}
-`, uidBlue, uidGreen))
+`, parts, uidBlue, uidGreen))
 
 	blue1, line := startTenant(t, bin, uidBlue, uidBlue)
 	if line != "ok" {
@@ -287,11 +297,12 @@ tenants:
 	// Blue's MRs and bytes: 3 × 32K fill max_memory before max_mrs.
 	blue1.expect(t, "mrs 10 32768", "mrs 3 ", `tenant "blue": quota max_memory 98304 bytes reached (98304 registered, 32768 more asked)`)
 	blue2.expect(t, "mrs 10 4096", "mrs 0 ", `tenant "blue": quota max_memory`)
-	// Green's partitions do not include the default one, the only P_Key
-	// the port's table has: its QP cannot leave RESET.
-	green.expect(t, "init", "init ", `pkey_index 0 is P_Key 0xffff, not a partition of tenant "green" (0x8002)`)
+	// Green's partitions do not include the default one: a QP of its may
+	// name green's P_Key (index 1), not 0xffff (index 0).
+	green.expect(t, "init 0", "init ", `pkey_index 0 is P_Key 0xffff, not a partition of tenant "green" (0x8002)`)
+	green.expect(t, "init 1", "init nil")
 	// Green, attached throughout, gets all of its own.
-	green.expect(t, "qps 10", "qps 2 ", `tenant "green": quota max_qps 3 reached`)
+	green.expect(t, "qps 10", "qps 1 ", `tenant "green": quota max_qps 3 reached`)
 	green.expect(t, "mrs 10 4096", "mrs 2 ", `tenant "green": quota max_mrs 2 reached`)
 
 	none, line := startTenant(t, bin, uidNone, uidNone)

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,7 +120,7 @@ func TestParseCgroup(t *testing.T) {
 }
 
 func TestTenantQuota(t *testing.T) {
-	tn := newTenant(&TenantConfig{Name: "blue", Quotas: Quotas{MaxQPs: 2, MaxMemory: "4K"}})
+	tn := newTenant(&Config{}, &TenantConfig{Name: "blue", Quotas: Quotas{MaxQPs: 2, MaxMemory: "4K"}})
 	for range 2 {
 		if err := tn.take(resQP, 1); err != nil {
 			t.Fatal(err)
@@ -145,6 +147,11 @@ func TestTenantQuota(t *testing.T) {
 }
 
 func TestTenantPartitions(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "partitions.conf")
+	if err := os.WriteFile(file, []byte("Default=0x7fff : ALL=full;\nstorage=0x0005 : ALL=limited;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{Partitions: file}
 	for _, tc := range []struct {
 		parts []string
 		pkey  uint16
@@ -157,13 +164,25 @@ func TestTenantPartitions(t *testing.T) {
 		{[]string{"0x0001"}, 0x0001, true},
 		{[]string{"0x8001"}, 0xffff, false},
 		{[]string{"default"}, 0xffff, true},
+		{[]string{"Default"}, 0x7fff, true},
 		{[]string{"storage"}, 0xffff, false},
+		{[]string{"storage"}, 0x0005, true},
+		{[]string{"storage"}, 0x8005, true}, // by name: whatever membership the port has
+		{[]string{"0x8001", "storage"}, 0x0005, true},
 	} {
-		tn := newTenant(&TenantConfig{Name: "t", Partitions: tc.parts})
+		tn := newTenant(cfg, &TenantConfig{Name: "t", Partitions: tc.parts})
 		if got := tn.allowsPKey(tc.pkey); got != tc.ok {
 			t.Errorf("partitions %v, P_Key %#x: %v, want %v", tc.parts, tc.pkey, got, tc.ok)
 		}
 	}
+	y := "partitions: " + file + "\ntenants:\n  - name: a\n    match: {uids: [1]}\n    partitions: [storage, default, gold]\n"
+	_, err := ParseConfig([]byte(y))
+	checkConfigErr(t, err, "tenants[0].partitions[2]", `"gold" is not a partition of `+file, "line 5")
+	if strings.Contains(err.Error(), "partitions[0]") || strings.Contains(err.Error(), "partitions[1]") {
+		t.Errorf("storage and default refused: %v", err)
+	}
+	_, err = ParseConfig([]byte("tenants:\n  - name: a\n    match: {uids: [1]}\n    partitions: [storage]\n"))
+	checkConfigErr(t, err, "tenants[0].partitions[0]", "no partitions file")
 }
 
 // TestBucket: the rate's token bucket, on a clock the test sets.
@@ -207,7 +226,7 @@ func TestBucket(t *testing.T) {
 // and give back quota, and its engines admit WQEs, at once (run with
 // -race); the quota is never passed and all comes back.
 func TestTenantConcurrent(t *testing.T) {
-	tn := newTenant(&TenantConfig{Name: "blue", Quotas: Quotas{MaxQPs: 10, Rate: "1G"}})
+	tn := newTenant(&Config{}, &TenantConfig{Name: "blue", Quotas: Quotas{MaxQPs: 10, Rate: "1G"}})
 	var wg sync.WaitGroup
 	var over atomic.Bool
 	for g := range 8 {

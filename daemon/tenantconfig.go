@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ibex-rdma/ibex/internal/partitions"
 	"github.com/ibex-rdma/ibex/internal/units"
 )
 
@@ -18,7 +19,7 @@ import (
 type TenantConfig struct {
 	Name       string      `yaml:"name"`       // required, unique, ^[a-z0-9][a-z0-9_.-]*$ (at most 64 bytes)
 	Match      TenantMatch `yaml:"match"`      // required, except for the default_tenant: which processes belong to it
-	Partitions []string    `yaml:"partitions"` // P_Keys (0x8001) or partition names its QPs may use; absent: any
+	Partitions []string    `yaml:"partitions"` // P_Keys (0x8001) or names of the partitions file's partitions ("default": 0xffff) its QPs may use; absent: any
 	Quotas     Quotas      `yaml:"quotas"`
 }
 
@@ -107,8 +108,13 @@ func (c *Config) validateTenants(v *validator) {
 			}
 		}
 		for k, p := range t.Partitions {
-			if _, msg := parsePartition(p); msg != "" {
-				v.bad(fmt.Sprintf("%spartitions[%d]", at, k), "%s", msg)
+			f := fmt.Sprintf("%spartitions[%d]", at, k)
+			if pk, msg := parsePartition(p); msg != "" {
+				v.bad(f, "%s", msg)
+			} else if pk < 0 {
+				if _, msg := c.partitionKey(p); msg != "" {
+					v.bad(f, "%s", msg)
+				}
 			}
 		}
 		q := &t.Quotas
@@ -174,6 +180,29 @@ func parsePartition(s string) (pkey int, msg string) {
 		return 0, fmt.Sprintf("%q is neither a P_Key nor a partition name", s)
 	}
 	return -1, ""
+}
+
+// partitionKey is the P_Key of the partition the config's partitions
+// file names name, with full membership (a tenant allowed a partition by
+// name may use whatever membership the port has in it): "default" (any
+// case) is the default partition, 0xffff, with or without a file.
+func (c *Config) partitionKey(name string) (pkey uint16, msg string) {
+	if strings.EqualFold(name, ImplicitTenant) {
+		return defaultPKey, ""
+	}
+	if c.Partitions == "" {
+		return 0, fmt.Sprintf("%q names a partition, but the config gives no partitions file (partitions:); give a P_Key or \"default\"", name)
+	}
+	pc, err := partitions.ReadFile(c.Partitions)
+	if err != nil {
+		return 0, fmt.Sprintf("%q: %v", name, err)
+	}
+	for _, p := range pc.Partitions {
+		if p.Name == name {
+			return p.PKey | partitions.Full, ""
+		}
+	}
+	return 0, fmt.Sprintf("%q is not a partition of %s", name, c.Partitions)
 }
 
 func sizeOf(s string) uint64 {

@@ -35,7 +35,7 @@ const MaxFDs = 2
 
 // Ops of a Request.
 const (
-	OpHello     = "hello"      // Device, Version, PID -> DaemonPID, Attr, Ports, fd: doorbell segment
+	OpHello     = "hello"      // Device, Version, PID -> DaemonPID, Attr, Ports, PKeys, fd: doorbell segment
 	OpAllocPD   = "alloc_pd"   // -> PD
 	OpAddSeg    = "add_seg"    // fd: a sealed memfd -> Seg
 	OpDelSeg    = "del_seg"    // Seg
@@ -103,6 +103,9 @@ type Response struct {
 	Stats     *verbs.QPStats      `json:"stats,omitempty"`
 	QPErr     string              `json:"qp_err,omitempty"`
 	Status    *Status             `json:"status,omitempty"`
+	// PKeys is port 1's P_Key table (hello): the daemon's device's, which
+	// the process's verbs gives QueryPKey and checks pkey_index against.
+	PKeys []uint16 `json:"pkeys,omitempty"`
 }
 
 // Event kinds.

@@ -28,6 +28,7 @@ type device struct {
 	daemonPID int
 	attr      verbs.DeviceAttr
 	port      verbs.PortAttr
+	pkeys     []uint16 // the daemon port's P_Key table, from hello
 	db        *shmem.Segment
 
 	sendMu sync.Mutex
@@ -87,7 +88,7 @@ func (d *device) hello() error {
 		db.Close()
 		return fmt.Errorf("ibexd: hello: doorbell segment of %d bytes", len(db.Mem))
 	}
-	d.db, d.attr, d.port, d.daemonPID = db, *r.Attr, r.Ports[0], r.DaemonPID
+	d.db, d.attr, d.port, d.daemonPID, d.pkeys = db, *r.Attr, r.Ports[0], r.DaemonPID, r.PKeys
 	d.attr.BoardID = "IBEX_IBEXD"
 	// The transport runs in the daemon's threads: a process spinning
 	// on a CQ or on memory should yield its thread now and then.
@@ -107,6 +108,15 @@ func (d *device) PortAttr(port uint8) (verbs.PortAttr, error) {
 		return d.port, nil // the daemon is gone: what it said last
 	}
 	return r.Ports[0], nil
+}
+
+// PKeys is the daemon's device's P_Key table, as hello gave it
+// (driver.PKeyTable); nil: the default one.
+func (d *device) PKeys(port uint8) []uint16 {
+	if port != 1 {
+		return nil
+	}
+	return d.pkeys
 }
 
 // PortCounters are the daemon's device counters (the device is shared by
