@@ -50,6 +50,8 @@ type DeviceConfig struct {
 	Name    string `yaml:"name"`    // udpN (udp0, udp1, ...): required, unique, must match ^udp[0-9]+$
 	Address string `yaml:"address"` // IPv4 or IPv6 address, optionally with :port (default port 4791); required
 	XDP     string `yaml:"xdp"`     // "auto" (default), "on" or "off": as IBEX_UDP_XDP
+	PSP     string `yaml:"psp"`     // encryption: "off", "on" or "required"; default "": IBEX_PSP's, else off
+	PSPKey  string `yaml:"psp_key"` // the cluster's master key file (package psp), needed unless psp is off: as IBEX_PSP_KEY
 }
 
 // Limits bound what one attached process may hold, so that one process
@@ -314,6 +316,15 @@ func (c *Config) validateDevices(v *validator) {
 		case "auto", "on", "off":
 		default:
 			v.bad(at+"xdp", "%q is not auto, on or off", d.XDP)
+		}
+		switch d.PSP {
+		case "", "off":
+		case "on", "required":
+			if d.PSPKey == "" {
+				v.bad(at+"psp_key", "missing: psp %s needs the cluster's master key file", d.PSP)
+			}
+		default:
+			v.bad(at+"psp", "%q is not off, on or required", d.PSP)
 		}
 	}
 }

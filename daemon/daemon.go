@@ -83,6 +83,10 @@ func New(cfg Config) (*Daemon, error) {
 			d.closeDevices()
 			return nil, fmt.Errorf("ibexd: devices[%d]: %w", i, err)
 		}
+		if err := udp.SetPSP(dc.Name, dc.PSP, dc.PSPKey); err != nil {
+			d.closeDevices()
+			return nil, fmt.Errorf("ibexd: devices[%d]: %w", i, err)
+		}
 		if err := setPKeys(&cfg, dc); err != nil {
 			d.closeDevices()
 			return nil, fmt.Errorf("ibexd: devices[%d]: %w", i, err)

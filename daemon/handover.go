@@ -462,6 +462,9 @@ func restore(cfg Config, hs *handoverState, fds []int) (_ *Daemon, err error) {
 		if err := udp.SetDevice(dc.Name, dc.AddrPort(), dc.XDP); err != nil {
 			return nil, fmt.Errorf("devices[%d]: %w", i, err)
 		}
+		if err := udp.SetPSP(dc.Name, dc.PSP, dc.PSPKey); err != nil {
+			return nil, fmt.Errorf("devices[%d]: %w", i, err)
+		}
 		if err := setPKeys(&d.cfg, dc); err != nil {
 			return nil, fmt.Errorf("devices[%d]: %w", i, err)
 		}

@@ -2,11 +2,15 @@ package udp_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ibex-rdma/ibex/provider/udp"
 	"github.com/ibex-rdma/ibex/verbs"
 )
 
@@ -19,9 +23,23 @@ type end struct {
 }
 
 // pairOf connects one QP on each of two fresh devices.
-func pairOf(tb testing.TB, size, depth int) (a, b *end) {
+func pairOf(tb testing.TB, size, depth int) (a, b *end) { return pairPSP(tb, size, depth, "") }
+
+// pairPSP is pairOf on devices with encryption policy psp ("": none).
+func pairPSP(tb testing.TB, size, depth int, psp string) (a, b *end) {
 	tb.Helper()
 	da, db := newDevices(tb)
+	if psp != "" {
+		key := filepath.Join(tb.TempDir(), "key")
+		if err := os.WriteFile(key, []byte(strings.Repeat("c3", 32)), 0o600); err != nil {
+			tb.Fatal(err)
+		}
+		for _, d := range []string{da, db} {
+			if err := udp.SetPSP(d, psp, key); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
 	mk := func(name string) *end {
 		e := &end{ctx: open(tb, name)}
 		var err error
@@ -99,14 +117,27 @@ func reportCPU(b *testing.B, start time.Duration) {
 // to 16 in flight, as ib_write_bw does.
 func BenchmarkWrite1MiB(b *testing.B) { benchWrite(b, 1<<20, 16) }
 
+// BenchmarkPSP is the cost of encryption (package psp): 1 MiB WRITEs (16
+// in flight) and 8-byte ping-pongs, plain and encrypted side by side in
+// one run. bench/psp-overhead.sh measures the same with ibex perf.
+func BenchmarkPSP(b *testing.B) {
+	for _, mode := range []string{"plain", "psp"} {
+		pol := map[string]string{"plain": "", "psp": "required"}[mode]
+		b.Run("write1MiB/"+mode, func(b *testing.B) { benchWritePSP(b, 1<<20, 16, pol) })
+		b.Run("lat8B/"+mode, func(b *testing.B) { benchLatency(b, pol) })
+	}
+}
+
 // BenchmarkWrite64KiB is BenchmarkWrite1MiB with 64 KiB WRITEs, 128 in
 // flight (ib_write_bw's default tx depth): the case where go-back-N used
 // to resend a sixth of the packets on a lossless loopback. It reports the
 // requester's retransmissions per WRITE.
 func BenchmarkWrite64KiB(b *testing.B) { benchWrite(b, 64<<10, 128) }
 
-func benchWrite(b *testing.B, size, depth int) {
-	x, y := pairOf(b, size, depth)
+func benchWrite(b *testing.B, size, depth int) { benchWritePSP(b, size, depth, "") }
+
+func benchWritePSP(b *testing.B, size, depth int, psp string) {
+	x, y := pairPSP(b, size, depth, psp)
 	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{{Addr: x.mr.Addr(), Length: uint32(size), LKey: x.mr.LKey()}}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
 	wc := make([]verbs.WC, 1)
@@ -135,8 +166,10 @@ func benchWrite(b *testing.B, size, depth int) {
 
 // BenchmarkWriteLatency8B ping-pongs 8-byte RDMA WRITE_WITH_IMM between two
 // devices; the reported half-rtt is ib_write_lat's figure.
-func BenchmarkWriteLatency8B(b *testing.B) {
-	x, y := pairOf(b, 64, 16)
+func BenchmarkWriteLatency8B(b *testing.B) { benchLatency(b, "") }
+
+func benchLatency(b *testing.B, psp string) {
+	x, y := pairPSP(b, 64, 16, psp)
 	ping := []verbs.SendWR{{Opcode: verbs.WRRDMAWriteWithImm, SGL: []verbs.SGE{{Addr: x.mr.Addr(), Length: 8, LKey: x.mr.LKey()}},
 		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
 	pong := []verbs.SendWR{{Opcode: verbs.WRRDMAWriteWithImm, SGL: []verbs.SGE{{Addr: y.mr.Addr(), Length: 8, LKey: y.mr.LKey()}},
