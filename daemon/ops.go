@@ -95,6 +95,12 @@ func (c *client) handle(req *ibexdwire.Request, fds []int) (*ibexdwire.Response,
 		if err := c.checkModify(q.qp, req.Attr, req.Mask); err != nil {
 			return nil, -1, fmt.Errorf("modify_qp: qp %#x: %w", req.QPN, err)
 		}
+		if req.Mask&verbs.AttrState != 0 && req.Attr.State == verbs.QPSRTR {
+			// The peer's SPI, for the device's encryption policy.
+			if err := q.qp.SetPeerSPI(req.SPI); err != nil {
+				return nil, -1, fmt.Errorf("modify_qp: %w", err)
+			}
+		}
 		if err := q.qp.Modify(req.Attr, req.Mask); err != nil {
 			return nil, -1, err
 		}
@@ -294,7 +300,7 @@ func (c *client) createQP(req *ibexdwire.Request) (*ibexdwire.Response, int, err
 	c.qps[qp.Num()] = q
 	c.publishLocked()
 	c.engMu.Unlock()
-	return &ibexdwire.Response{QPN: qp.Num(), SQOff: 0, RQOff: q.rqOff}, q.seg.FD, nil
+	return &ibexdwire.Response{QPN: qp.Num(), SQOff: 0, RQOff: q.rqOff, SPI: qp.Info().SPI}, q.seg.FD, nil
 }
 
 // publishLocked gives the engine the current QPs and CQs (c.mu and

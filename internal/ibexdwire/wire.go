@@ -78,6 +78,9 @@ type Request struct {
 	Attr    *verbs.QPAttr  `json:"attr,omitempty"`
 	Mask    verbs.AttrMask `json:"mask,omitempty"`
 	Port    uint8          `json:"port,omitempty"`
+	// SPI is the peer's receive SPI (package psp; verbs.ConnInfo.SPI),
+	// with a modify_qp to RTR; 0: the peer does not encrypt.
+	SPI uint32 `json:"spi,omitempty"`
 }
 
 // Response answers one Request (ID equal), or, with ID 0, is an Event the
@@ -106,6 +109,9 @@ type Response struct {
 	// PKeys is port 1's P_Key table (hello): the daemon's device's, which
 	// the process's verbs gives QueryPKey and checks pkey_index against.
 	PKeys []uint16 `json:"pkeys,omitempty"`
+	// SPI is the new QP's receive SPI (create_qp): what the process's
+	// QP.Info announces; 0 when the daemon's device does not encrypt.
+	SPI uint32 `json:"spi,omitempty"`
 }
 
 // Event kinds.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ibex-rdma/ibex/ib"
@@ -254,6 +255,21 @@ type qpDriver struct {
 
 	rq   *hwq.Producer // IssueRecv's, under the QP's lock
 	rwqe hwq.RecvWQE
+
+	// Encryption (package psp), done by the daemon's device: the daemon
+	// QP's receive SPI, and the peer's, sent with the move to RTR.
+	spi     uint32
+	peerSPI atomic.Uint32
+}
+
+// RecvSPI is driver.Securer: the daemon QP's receive SPI.
+func (q *qpDriver) RecvSPI() uint32 { return q.spi }
+
+// PeerSPI is driver.Securer: kept for the move to RTR (Modified), where
+// the daemon's device applies its policy.
+func (q *qpDriver) PeerSPI(spi uint32) error {
+	q.peerSPI.Store(spi)
+	return nil
 }
 
 // NewQP creates the daemon's QP (the QP number is the daemon's) and maps
@@ -287,6 +303,7 @@ func (d *device) NewQP(h driver.QP) (driver.QPDriver, error) {
 		_, _, _ = d.rpc(&ibexdwire.Request{Op: ibexdwire.OpDestroyQP, QPN: resp.QPN})
 		return fail(err)
 	}
+	q.spi = resp.SPI
 	d.mu.Lock()
 	d.qps[q.num] = q
 	d.publishQPs()
@@ -398,7 +415,11 @@ func (q *qpDriver) IssueRecv(rsn uint64, sgl []verbs.SGE) error {
 
 // Modified makes the same change to the daemon's QP first.
 func (q *qpDriver) Modified(from, to verbs.QPState, attr *verbs.QPAttr, mask verbs.AttrMask) error {
-	_, _, err := q.d.rpc(&ibexdwire.Request{Op: ibexdwire.OpModifyQP, QPN: q.num, Attr: attr, Mask: mask})
+	req := &ibexdwire.Request{Op: ibexdwire.OpModifyQP, QPN: q.num, Attr: attr, Mask: mask}
+	if to == verbs.QPSRTR && from != verbs.QPSRTR {
+		req.SPI = q.peerSPI.Load()
+	}
+	_, _, err := q.d.rpc(req)
 	return err
 }
 
