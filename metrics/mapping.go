@@ -176,6 +176,7 @@ var qpExtraNames = []string{
 	"timeout_retries", // retries after a timeout (what retry_cnt bounds)
 	"sends",           // send completions, any opcode and status, flushes included
 	"recvs",           // receive completions, any status, flushes not included
+	"out_of_window",   // ACKs/NAKs/responses outside the requester's window, ignored (stale or forged)
 }
 
 func qpExtraOf(s *verbs.QPStats) []Counter {
@@ -194,6 +195,7 @@ func qpExtraOf(s *verbs.QPStats) []Counter {
 		s.Retries,
 		s.Sends,
 		s.Recvs,
+		s.OutOfWindow,
 	}
 	return named(qpExtraNames, v[:])
 }

@@ -558,6 +558,12 @@ type QPStats struct {
 	ECNMarked          uint64
 	WindowCuts         uint64
 	Paced              uint64
+
+	// OutOfWindow counts ACKs, NAKs and read/atomic responses the
+	// requester ignored because their PSN was outside its outstanding
+	// window (older than the oldest unacknowledged PSN or not yet sent):
+	// stale copies, or forgeries by someone who guessed the QPN.
+	OutOfWindow uint64
 }
 
 type qpCounters struct {
@@ -568,6 +574,7 @@ type qpCounters struct {
 	pktsSent, pktsRecv, retransmits, seqNaksSent, seqNaksRecv        atomic.Uint64
 	rnrNaksSent, errNaksSent, errNaksRecv, duplicates, outOfSequence atomic.Uint64
 	cnpsSent, cnpsRecv, ecnMarked, windowCuts, paced                 atomic.Uint64
+	outOfWindow                                                      atomic.Uint64
 }
 
 // addStats adds a transport's counts (what its protocol engine saw) to the
@@ -586,12 +593,13 @@ func (qp *QP) addStats(d QPStats) {
 	c.errNaksRecv.Add(d.ErrNaksRecv)
 	c.duplicates.Add(d.Duplicates)
 	c.outOfSequence.Add(d.OutOfSequence)
-	if d.CNPsSent|d.CNPsRecv|d.ECNMarked|d.WindowCuts|d.Paced != 0 { // rare: one test
+	if d.CNPsSent|d.CNPsRecv|d.ECNMarked|d.WindowCuts|d.Paced|d.OutOfWindow != 0 { // rare: one test
 		c.cnpsSent.Add(d.CNPsSent)
 		c.cnpsRecv.Add(d.CNPsRecv)
 		c.ecnMarked.Add(d.ECNMarked)
 		c.windowCuts.Add(d.WindowCuts)
 		c.paced.Add(d.Paced)
+		c.outOfWindow.Add(d.OutOfWindow)
 	}
 }
 
@@ -605,7 +613,7 @@ func (qp *QP) Stats() QPStats {
 		OutOfSequence: c.outOfSequence.Load(), CNPsSent: c.cnpsSent.Load(), CNPsRecv: c.cnpsRecv.Load(),
 		ECNMarked: c.ecnMarked.Load(), WindowCuts: c.windowCuts.Load(), Paced: c.paced.Load(),
 		SendOps: c.sendOps.Load(), RetryExceeded: c.retryExceeded.Load(), RNRRetryExceeded: c.rnrRetryExceeded.Load(),
-		RecvErrs: c.recvErrs.Load()}
+		RecvErrs: c.recvErrs.Load(), OutOfWindow: c.outOfWindow.Load()}
 	s.Sends += s.SendOps
 	if qp.statsRead != nil {
 		// The transport's own engine counts (a daemon's QP): everything
@@ -642,6 +650,7 @@ func (s *QPStats) Add(d *QPStats) {
 	s.RetryExceeded += d.RetryExceeded
 	s.RNRRetryExceeded += d.RNRRetryExceeded
 	s.RecvErrs += d.RecvErrs
+	s.OutOfWindow += d.OutOfWindow
 }
 
 // DestQPN is the connected peer's QP number (0 before RTR).

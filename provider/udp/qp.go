@@ -161,7 +161,8 @@ func (q *qpDriver) syncStats() {
 		RNRNaksSent: st.RNRNaksSent - o.RNRNaksSent, ErrNaksSent: st.ErrNaksSent - o.ErrNaksSent,
 		ErrNaksRecv: st.ErrNaksRecv - o.ErrNaksRecv, Duplicates: st.Duplicates - o.Duplicates,
 		OutOfSequence: st.OutOfSequence - o.OutOfSequence, CNPsSent: st.CNPsSent - o.CNPsSent, CNPsRecv: st.CNPsRecv - o.CNPsRecv,
-		ECNMarked: st.ECNMarked - o.ECNMarked, WindowCuts: st.WindowCuts - o.WindowCuts, Paced: st.Paced - o.Paced})
+		ECNMarked: st.ECNMarked - o.ECNMarked, WindowCuts: st.WindowCuts - o.WindowCuts, Paced: st.Paced - o.Paced,
+		OutOfWindow: st.OutOfWindow - o.OutOfWindow})
 	q.seen = st
 }
 

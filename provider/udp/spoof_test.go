@@ -33,8 +33,16 @@ func TestSpoofedSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A genuine WRITE first: y's engine runs (Connect returns before the
+	// device's loop has it), and the forgery's PSN is the next expected.
+	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{{Addr: x.mr.Addr(), Length: 8, LKey: x.mr.LKey()}},
+		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	if err := x.qp.PostSend(wr); err != nil {
+		t.Fatal(err)
+	}
+	waitOne(t, x.cq, make([]verbs.WC, 1))
 	forged := bytes.Repeat([]byte{0xee}, 8)
-	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCWriteOnly, PKey: 0xffff, DestQP: y.qp.Num(), AckReq: true, PSN: x.qp.Info().PSN},
+	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCWriteOnly, PKey: 0xffff, DestQP: y.qp.Num(), AckReq: true, PSN: (x.qp.Info().PSN + 1) & 0xffffff},
 		RETH: wire.RETH{VA: y.mr.Addr(), RKey: y.mr.RKey(), DMALen: 8}, Payload: forged}
 	b, err := wire.AppendIB(nil, &p, &pre)
 	if err != nil {
@@ -57,8 +65,6 @@ func TestSpoofedSource(t *testing.T) {
 
 	// The peer's own WRITE at the same PSN lands.
 	copy(x.mr.Bytes(), "genuine!")
-	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{{Addr: x.mr.Addr(), Length: 8, LKey: x.mr.LKey()}},
-		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
 	if err := x.qp.PostSend(wr); err != nil {
 		t.Fatal(err)
 	}
@@ -96,4 +102,67 @@ func waitCounters(t *testing.T, device string, ok func(udp.PortCounters) bool) u
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestForgedAckCounted: an ACK and an error NAK forged from the peer's
+// own address (another UDP port of it: the source check compares
+// addresses only) but with PSNs outside the requester's window change
+// nothing and show in the QP's OutOfWindow counter (metrics'
+// out_of_window); a forged CNP from a stranger's address is dropped by the
+// source check. The QP then carries a WRITE.
+func TestForgedAckCounted(t *testing.T) {
+	x, y := pairOf(t, 4096, 16)
+	px, _ := x.ctx.QueryPort(1)
+	py, _ := y.ctx.QueryPort(1)
+	target := netip.AddrPortFrom(netip.AddrFrom16(px.GID).Unmap(), wire.UDPPort)
+	send := func(from netip.Addr, p *wire.Packet) {
+		t.Helper()
+		conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(from, 0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		pre, err := wire.NewICRCPrefix(&wire.Encap{Src: conn.LocalAddr().(*net.UDPAddr).AddrPort(), Dst: target, DF: true, TTL: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := wire.AppendIB(nil, p, &pre)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.WriteToUDPAddrPort(b, target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{{Addr: x.mr.Addr(), Length: 8, LKey: x.mr.LKey()}},
+		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	// One WRITE first: the QP's engine runs (Connect returns before the
+	// device's loop has it), and its window is then empty.
+	if err := x.qp.PostSend(wr); err != nil {
+		t.Fatal(err)
+	}
+	waitOne(t, x.cq, make([]verbs.WC, 1))
+	dx := x.ctx.Name()
+	before, _ := udp.Counters(dx)
+	peer := netip.AddrFrom16(py.GID).Unmap()
+	psn := (x.qp.Info().PSN + 1) & 0xffffff // the next to send: every PSN is outside the window
+	send(peer, &wire.Packet{BTH: wire.BTH{Opcode: ib.RCAck, PKey: 0xffff, DestQP: x.qp.Num(), PSN: (psn + 5) & 0xffffff}, AETH: wire.AETH{Syndrome: ib.SynACK, MSN: 1}})
+	send(peer, &wire.Packet{BTH: wire.BTH{Opcode: ib.RCAck, PKey: 0xffff, DestQP: x.qp.Num(), PSN: (psn - 1) & 0xffffff}, AETH: wire.AETH{Syndrome: ib.SynNAKRemoteAccess, MSN: 1}})
+	send(netip.MustParseAddr("127.0.0.81"), &wire.Packet{BTH: wire.BTH{Opcode: ib.CNP, PKey: 0xffff, DestQP: x.qp.Num(), BECN: true}})
+	waitCounters(t, dx, func(c udp.PortCounters) bool { return c.PortRcvPkts >= before.PortRcvPkts+3 })
+	deadline := time.Now().Add(10 * time.Second)
+	for x.qp.Stats().OutOfWindow < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	st := x.qp.Stats()
+	if st.OutOfWindow != 2 || st.CNPsRecv != 0 {
+		t.Errorf("qp stats: OutOfWindow %d, CNPsRecv %d; want 2 and 0", st.OutOfWindow, st.CNPsRecv)
+	}
+	if now, _ := udp.Counters(dx); now.SrcAddrErrors-before.SrcAddrErrors != 1 {
+		t.Errorf("SrcAddrErrors went up by %d, want 1 (the stranger's CNP)", now.SrcAddrErrors-before.SrcAddrErrors)
+	}
+	if err := x.qp.PostSend(wr); err != nil {
+		t.Fatal(err)
+	}
+	waitOne(t, x.cq, make([]verbs.WC, 1))
 }
