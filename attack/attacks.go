@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/ibex-rdma/ibex/ib"
@@ -15,7 +16,21 @@ import (
 // victim did not start or answer. It counts as a mismatch with any
 // expectation, so a broken run never passes for a defence.
 func failed(what string, err error) (Outcome, string) {
+	if msg := err.Error(); strings.Contains(msg, "encryption required") && strings.Contains(msg, "ibexd") {
+		// provider/ibexd announces no SPI: a daemon that requires
+		// encryption connects none of its processes' QPs.
+		return NA, fmt.Sprintf("%s: the daemon requires encryption and its processes' QPs cannot offer it: %s", what, lastPart(msg))
+	}
 	return "error", fmt.Sprintf("%s: %s", what, firstLine(err.Error()))
+}
+
+// lastPart is the end of a long wrapped error, from the provider's word on.
+func lastPart(msg string) string {
+	msg = firstLine(msg)
+	if i := strings.Index(msg, "udp: "); i >= 0 {
+		return msg[i:]
+	}
+	return msg
 }
 
 func isWrite(x *Seen) bool {

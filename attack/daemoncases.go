@@ -24,13 +24,13 @@ const (
 
 // daemonConfig is ibexd's configuration for the daemon cases: small
 // per-process limits, and tenant quotas for red and green.
-func daemonConfig(sock string) string {
+func daemonConfig(sock, psp string) string {
 	return fmt.Sprintf(`socket: %s
 devices:
   - name: udp0
     address: %s
     xdp: "off"
-limits:
+%slimits:
   max_clients: %d
   max_qps: 16
   max_cqs: 8
@@ -45,7 +45,7 @@ tenants:
     match:
       gids: [%d]
     quotas: {max_qps: 24, max_cqs: 12, max_mrs: 96, max_memory: 24M}
-`, sock, AddrDaemon, maxClients, gidRed, gidGreen)
+`, sock, AddrDaemon, psp, maxClients, gidRed, gidGreen)
 }
 
 // daemonEnv is what a process attaching to the suite's daemon needs.
@@ -58,7 +58,11 @@ func (s *Suite) startDaemon() (*proc, error) {
 	sock := filepath.Join(s.dir, "ibexd.sock")
 	_ = os.Remove(sock)
 	conf := filepath.Join(s.dir, "ibexd.yaml")
-	if err := os.WriteFile(conf, []byte(daemonConfig(sock)), 0o644); err != nil {
+	psp := ""
+	if s.key != "" {
+		psp = fmt.Sprintf("    psp: required\n    psp_key: %s\n", s.key)
+	}
+	if err := os.WriteFile(conf, []byte(daemonConfig(sock, psp)), 0o644); err != nil {
 		return nil, err
 	}
 	return s.startVictim(nil, "--mode", "daemon", "--config", conf)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/ibex-rdma/ibex/ib"
@@ -107,6 +108,9 @@ func (s *Suite) rkeyGuess(v *proc, writer, server netip.Addr, own []uint32, useS
 	hit := ""
 	for _, g := range guesses {
 		a, got, err := s.tryWrite(v, server, g)
+		if err != nil && strings.Contains(err.Error(), "encryption required") {
+			return Blocked, "the server refuses to connect a client QP without encryption: " + firstLine(err.Error())
+		}
 		if err != nil {
 			return failed("guess", err)
 		}

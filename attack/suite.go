@@ -160,6 +160,7 @@ type Suite struct {
 	udp   *UDPForger
 	plain string // encrypted mode: why encryption is not in effect ("" it is)
 
+	key       string      // encrypted mode: the master key file
 	exhausted *exhaustRun // the exhaustion cases' shared run
 }
 
@@ -203,10 +204,11 @@ func Run(cfg Config) (*Report, error) {
 		for i := range k {
 			k[i] = byte(s.rng.Uint32())
 		}
-		if err := os.WriteFile(key, []byte(fmt.Sprintf("1:%x\n", k)), 0o600); err != nil {
+		if err := os.WriteFile(key, []byte(fmt.Sprintf("0:%x\n", k)), 0o600); err != nil {
 			return nil, err
 		}
 		s.env = []string{"IBEX_DAEMON=off", "IBEX_PSP=required", "IBEX_PSP_KEY=" + key}
+		s.key = key
 	}
 	if s.sn, err = Sniff(cfg.Interface, InRange); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoCapability, err)

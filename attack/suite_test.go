@@ -1,12 +1,15 @@
 package attack_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ibex-rdma/ibex/attack"
 )
@@ -23,10 +26,54 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	dir, err := buildVictim()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "attack: %v; the victims run as this test binary\n", err)
+	}
+	code := m.Run()
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+// victimBin is an ibex binary built without the race detector, whose
+// `ibex attack` is a victim when IBEX_ATTACK_VICTIM holds its arguments,
+// or "": the victims are this test binary. Under -race a victim, which
+// runs the providers and the daemon (tested under -race in their own
+// packages), is five to ten times slower; IBEX_TEST_CHILD_RACE=1 keeps it
+// race-instrumented, as in cmd/ibex.
+var victimBin string
+
+func buildVictim() (string, error) {
+	if !raceBuild || os.Getenv("IBEX_TEST_CHILD_RACE") == "1" {
+		return "", nil
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("no go tool to build the victims' binary (%v)", err)
+	}
+	dir, err := os.MkdirTemp("", "ibex-attack-test-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "ibex")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, "github.com/ibex-rdma/ibex/cmd/ibex").CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("go build: %v: %s", err, out)
+	}
+	victimBin = bin
+	return dir, nil
 }
 
 func victim(args []string) *exec.Cmd {
+	if victimBin != "" {
+		cmd := exec.Command(victimBin, "attack")
+		cmd.Env = append(os.Environ(), "IBEX_ATTACK_VICTIM="+strings.Join(args, "\n"))
+		return cmd
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), victimArgsEnv+"="+strings.Join(args, "\n"))
 	return cmd
@@ -56,4 +103,9 @@ func run(t *testing.T, cfg attack.Config) {
 	}
 }
 
+// TestSuitePlain runs every case with the victims in plaintext (IBEX_PSP=off).
 func TestSuitePlain(t *testing.T) { run(t, attack.Config{}) }
+
+// TestSuiteEncrypted runs every case with the victims requiring
+// encryption (IBEX_PSP=required, a key of the suite's making).
+func TestSuiteEncrypted(t *testing.T) { run(t, attack.Config{Encrypt: true}) }

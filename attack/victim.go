@@ -550,7 +550,8 @@ func (s *server) do(c command) Status {
 			return Status{Err: err.Error()}
 		}
 		ci := qp.Info()
-		ci.QPN, ci.PSN, ci.GID = c.QPN, c.PSN, verbs.GID(ap.As16())
+		// The attacker's QP announces no SPI: it has no key to encrypt with.
+		ci.QPN, ci.PSN, ci.GID, ci.SPI = c.QPN, c.PSN, verbs.GID(ap.As16()), 0
 		if err := qp.Connect(ci, verbs.ConnectOptions{}); err != nil {
 			_ = qp.Destroy()
 			return Status{Err: err.Error()}

@@ -1,0 +1,5 @@
+//go:build race
+
+package attack_test
+
+const raceBuild = true
