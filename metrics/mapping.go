@@ -39,12 +39,12 @@ import (
 //     rcvd_seq_err, retransmits and completer_retry_err).
 //   - PortRcvSwitchRelayErrors: 0; a switch's counter, ibex ports are
 //     channel adapters.
-//   - PortRcvConstraintErrors: the provider's, where it enforces
-//     partitions: udp's packets dropped because their P_Key does not match
-//     their QP's (also Extra's PKeyViolations, PortInfo's P_KeyViolations,
-//     the counter IBA 10.9.3 has a channel adapter keep; IBA defines
+//   - PortRcvConstraintErrors: the provider's PKeyViolations where it
+//     enforces partitions (udp: packets dropped because their P_Key does
+//     not match their QP's; PortInfo's P_KeyViolations, the counter IBA
+//     10.9.3 has a channel adapter keep, also in Extra). IBA defines
 //     PortRcvConstraintErrors for a switch port's inbound enforcement, the
-//     same check). 0 for the other providers.
+//     same check. 0 for the other providers.
 //   - PortXmitConstraintErrors: 0; ibex ports do not filter what they send
 //     (a QP's P_Key is always an entry of its port's table).
 //   - VL15Dropped: 0; ibex has no subnet management agent and no VL15.
@@ -210,6 +210,14 @@ func pmaOf(pcs []verbs.PortCounter, linkDowned uint64) (pma, extra []Counter) {
 			have[c.Name] = c.Value
 		} else {
 			extra = append(extra, Counter(c))
+		}
+	}
+	if _, ok := have["PortRcvConstraintErrors"]; !ok {
+		// A CA's partition enforcement (udp): PortInfo's P_KeyViolations.
+		for _, c := range pcs {
+			if c.Name == "PKeyViolations" {
+				have["PortRcvConstraintErrors"] = c.Value
+			}
 		}
 	}
 	if _, ok := have["PortUnicastXmitPkts"]; !ok {

@@ -22,8 +22,8 @@ type PortCounters struct {
 	// PKeyViolations counts packets for a QP of the device whose BTH
 	// P_Key does not match the QP's (another partition, or both limited
 	// members): dropped. The name is PortInfo's P_KeyViolations, the
-	// counter IBA 10.9.3 has a channel adapter keep; the port counters
-	// also give it as PortRcvConstraintErrors, which IBA defines for a
+	// counter IBA 10.9.3 has a channel adapter keep; package metrics
+	// also gives it as PortRcvConstraintErrors, which IBA defines for a
 	// switch port's inbound partition enforcement, the same check.
 	PKeyViolations   uint64
 	PortXmitDiscards uint64 // datagrams the socket refused
@@ -95,7 +95,6 @@ func (drv *opened) PortCounters(port uint8) []verbs.PortCounter {
 		{Name: "PortXmitWait", Value: c.PortXmitWait},
 		{Name: "ICRCErrors", Value: c.ICRCErrors}, {Name: "UnknownQP", Value: c.UnknownQP},
 		{Name: "SrcAddrErrors", Value: c.SrcAddrErrors}, {Name: "PKeyViolations", Value: c.PKeyViolations},
-		{Name: "PortRcvConstraintErrors", Value: c.PKeyViolations},
 		{Name: "PSPAuthErrors", Value: c.PSPAuthErrors}, {Name: "PSPReplayDrops", Value: c.PSPReplayDrops},
 		{Name: "PSPUnknownSPI", Value: c.PSPUnknownSPI}, {Name: "PSPPlaintextDrops", Value: c.PSPPlaintextDrops},
 	}

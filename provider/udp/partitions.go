@@ -13,8 +13,8 @@ import (
 // pkey_index names and takes only packets whose P_Key matches it (IBA
 // 10.9.3: the same partition, low 15 bits, and one of the two a full
 // member; two limited members cannot talk). Others are dropped and
-// counted: PKeyViolations (PortInfo's P_KeyViolations) and
-// PortRcvConstraintErrors.
+// counted: PKeyViolations (PortInfo's P_KeyViolations; package metrics
+// gives it as PortRcvConstraintErrors too).
 
 // SetPartitions gives device name, before it is first opened, the P_Key
 // table of its port (each entry a P_Key, bit 15 set for full membership;

@@ -22,7 +22,7 @@ import (
 // and a pair of QPs per index. Full–full (0) and full–limited (1) pairs
 // carry a WRITE; the limited–limited pair (2) and the pair in different
 // partitions (3, b's table has no 0x8003 or 0x0003) do not: b drops a's
-// request and counts it (PKeyViolations, PortRcvConstraintErrors), nothing
+// request and counts it (PKeyViolations, in the port counters), nothing
 // is placed, and a's WRITE ends in RETRY_EXC_ERR. QueryPKey reads the
 // tables, and a pkey_index beyond one is refused.
 func TestPartitions(t *testing.T) {
@@ -98,8 +98,8 @@ func TestPartitions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if k := slices.IndexFunc(pcs, func(c verbs.PortCounter) bool { return c.Name == "PortRcvConstraintErrors" }); k < 0 || pcs[k].Value < viol {
-				t.Errorf("port counters %v: PortRcvConstraintErrors missing or below %d", pcs, viol)
+			if k := slices.IndexFunc(pcs, func(c verbs.PortCounter) bool { return c.Name == "PKeyViolations" }); k < 0 || pcs[k].Value < viol {
+				t.Errorf("port counters %v: PKeyViolations missing or below %d", pcs, viol)
 			}
 		}
 		ea.destroy(t)
