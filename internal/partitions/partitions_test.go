@@ -91,3 +91,26 @@ func TestParseErrors(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParse: no input panics Parse or Table, and a parsed file's tables
+// hold valid P_Keys only.
+func FuzzParse(f *testing.F) {
+	f.Add(example)
+	f.Add("a=0x1 : ALL;\nb : ;")
+	f.Add(";;;\n#\n:=,")
+	f.Fuzz(func(t *testing.T, text string) {
+		c, err := Parse("f", text)
+		if err != nil {
+			return
+		}
+		tb, err := c.Table(Port{Addr: netip.MustParseAddr("127.0.0.81")})
+		if err != nil {
+			return
+		}
+		for _, k := range tb {
+			if k&0x7fff == 0 {
+				t.Fatalf("%q: table %#04x holds the invalid P_Key", text, tb)
+			}
+		}
+	})
+}
