@@ -70,31 +70,73 @@ var table = []caseDef{
 		Plain:   Blocked, Enc: Blocked, run: (*Suite).replay},
 	{Name: "dereg", Ref: "A3",
 		Success: "a spoofed WRITE at the expected PSN with the sniffed rkey of a deregistered MR changes that memory",
-		Plain:   Blocked, Enc: Blocked, run: (*Suite).dereg},
+		Plain:   Blocked, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.dereg("dereg") }},
 	{Name: "partition-limited", Ref: "V9/A3",
 		Success: "two limited members of one partition (opensm partitions.conf) exchange data",
-		Plain:   Blocked, Enc: Blocked, run: (*Suite).partition},
+		Plain:   Blocked, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.partition(partitionsConf) }},
 	{Name: "exhaust-qp", Ref: "A4",
 		Success: "after one tenant took all the QPs the daemon gives it, another tenant's create_qp fails",
-		Plain:   Blocked, Enc: Blocked, run: exhaust("qp")},
+		Plain:   Blocked, Enc: Blocked, run: exhaust("qp", gidGreen)},
 	{Name: "exhaust-cq", Ref: "A5",
 		Success: "the same with CQs",
-		Plain:   Blocked, Enc: Blocked, run: exhaust("cq")},
+		Plain:   Blocked, Enc: Blocked, run: exhaust("cq", gidGreen)},
 	{Name: "exhaust-mr", Ref: "A5",
 		Success: "the same with MRs",
-		Plain:   Blocked, Enc: Blocked, run: exhaust("mr")},
+		Plain:   Blocked, Enc: Blocked, run: exhaust("mr", gidGreen)},
 	{Name: "exhaust-mem", Ref: "A5",
 		Success: "the same with registered memory (1 MiB MRs)",
-		Plain:   Blocked, Enc: Blocked, run: exhaust("memory")},
+		Plain:   Blocked, Enc: Blocked, run: exhaust("memory", gidGreen)},
 	{Name: "exhaust-clients", Ref: "A4/A5",
 		Success: "after one tenant attached as many processes as the daemon takes, another tenant's process cannot attach",
 		Plain:   Succeeded, Enc: Succeeded, run: (*Suite).exhaustClients},
 	{Name: "tenant-memory", Ref: "V9/A3",
 		Success: "a process of another tenant on the same daemon connects a QP to the victim's QP (sniffed QPN and PSN) and WRITEs its memory with the sniffed rkey",
-		Plain:   Blocked, Enc: Blocked, run: (*Suite).tenantMemory},
+		Plain:   Blocked, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.tenantMemory(gidRed) }},
 }
 
-func selectCases(names []string) ([]*caseDef, error) {
+// controls: the attacks of the table against a target without the defence
+// that blocks them. Each must succeed: a control that does not shows the
+// suite's detector blind, and its "blocked" worthless. They run in plain
+// mode.
+var controls = []caseDef{
+	{Name: "control-rkey", Ref: "rkey-pd",
+		Success: "the sniffed rkey of an MR in the client QP's own PD is accepted",
+		Plain:   Succeeded, Enc: Succeeded, run: func(s *Suite) (Outcome, string) {
+			v, err := s.startVictim(nil, "--mode", "server", "--pd", "same", "--a", AddrWriter.String(), "--b", AddrServer.String())
+			if err != nil {
+				return failed("victim", err)
+			}
+			defer v.stop()
+			return s.rkeyGuess(v, AddrWriter, AddrServer, nil, true)
+		}},
+	{Name: "control-dereg", Ref: "dereg",
+		Success: "the spoofed WRITE changes the MR when it stays registered",
+		Plain:   Succeeded, Enc: Succeeded, run: func(s *Suite) (Outcome, string) { return s.dereg("keep") }},
+	{Name: "control-partition", Ref: "partition-limited",
+		Success: "a full and a limited member of the partition exchange data",
+		Plain:   Succeeded, Enc: Succeeded, run: func(s *Suite) (Outcome, string) { return s.partition(partitionsFull) }},
+	{Name: "control-exhaust", Ref: "exhaust-qp",
+		Success: "the tenant that took all its quota cannot create another QP",
+		Plain:   Succeeded, Enc: Succeeded, run: exhaust("qp", gidRed)},
+	{Name: "control-tenant", Ref: "tenant-memory",
+		Success: "a process of the victim's own tenant reaches its memory that way",
+		Plain:   Succeeded, Enc: Succeeded, run: func(s *Suite) (Outcome, string) { return s.tenantMemory(gidGreen) }},
+}
+
+// Controls lists the controls' names.
+func Controls() []string {
+	var names []string
+	for _, c := range controls {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+func selectCases(names []string, ctl bool) ([]*caseDef, error) {
+	table := table
+	if ctl {
+		table = controls
+	}
 	if len(names) == 0 {
 		out := make([]*caseDef, len(table))
 		for i := range table {
@@ -113,7 +155,11 @@ func selectCases(names []string) ([]*caseDef, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("attack: no case %q (cases: %s)", n, strings.Join(Cases(), ", "))
+			all := Cases()
+			if ctl {
+				all = Controls()
+			}
+			return nil, fmt.Errorf("attack: no case %q (cases: %s)", n, strings.Join(all, ", "))
 		}
 	}
 	return out, nil

@@ -100,7 +100,7 @@ func (s *Suite) rkeyTenant() (Outcome, string) {
 // sniffs its WRITEs, and a process of its own on the same daemon connects a
 // QP to the victim's responder and WRITEs with the sniffed rkey and address
 // at the PSN it expects: the daemon sends it from the victim's own address.
-func (s *Suite) tenantMemory() (Outcome, string) {
+func (s *Suite) tenantMemory(intruderGID uint32) (Outcome, string) {
 	d, err := s.startDaemon()
 	if err != nil {
 		return failed("daemon", err)
@@ -126,7 +126,7 @@ func (s *Suite) tenantMemory() (Outcome, string) {
 	if !w.Decoded {
 		return Blocked, fmt.Sprintf("sniffed WRITE not readable (secured: %v): no rkey or address learnt", secured(&w))
 	}
-	in, err := s.startAs(gidRed, s.daemonEnv(), "--mode", "intruder", "--device", daemonDev,
+	in, err := s.startAs(intruderGID, s.daemonEnv(), "--mode", "intruder", "--device", daemonDev,
 		"--qpn", fmt.Sprint(w.BTH.DestQP), "--psn", fmt.Sprint(ib.PSNAdd(w.BTH.PSN, 1)),
 		"--rkey", fmt.Sprint(w.Packet.RETH.RKey), "--va", fmt.Sprint(w.Packet.RETH.VA))
 	if err != nil {
@@ -157,7 +157,7 @@ func (s *Suite) tenantMemory() (Outcome, string) {
 // exhaustion has the red tenant take all it can of the daemon (two hog
 // processes taking CQs, QPs, MRs and memory until refused), then a green
 // process creates one of each. It returns what green could not create.
-func (s *Suite) exhaustion() (failedKinds []string, detail string, err error) {
+func (s *Suite) exhaustion(probeGID uint32) (failedKinds []string, detail string, err error) {
 	d, err := s.startDaemon()
 	if err != nil {
 		return nil, "", err
@@ -182,7 +182,7 @@ func (s *Suite) exhaustion() (failedKinds []string, detail string, err error) {
 		}
 		took = append(took, st.LastErr)
 	}
-	p, err := s.startAs(gidGreen, s.daemonEnv(), "--mode", "probe", "--device", daemonDev)
+	p, err := s.startAs(probeGID, s.daemonEnv(), "--mode", "probe", "--device", daemonDev)
 	if err != nil {
 		return nil, "", fmt.Errorf("probe: %w", err)
 	}
@@ -192,26 +192,31 @@ func (s *Suite) exhaustion() (failedKinds []string, detail string, err error) {
 	}
 	detail = "red's two processes took: " + strings.Join(took, " | ")
 	if st.LastErr != "" {
-		detail += "; green: " + st.LastErr
+		detail += "; the probe: " + st.LastErr
 	}
 	return st.Failed, detail, nil
 }
 
-// exhaust returns the case for one resource; the four share one run.
-func exhaust(kind string) func(*Suite) (Outcome, string) {
+// exhaust returns the case for one resource, the probe a process of the
+// tenant gid; the cases of one probe tenant share one run.
+func exhaust(kind string, gid uint32) func(*Suite) (Outcome, string) {
+	who := map[uint32]string{gidRed: "red", gidGreen: "green"}[gid]
 	return func(s *Suite) (Outcome, string) {
-		if s.exhausted == nil {
-			f, d, err := s.exhaustion()
+		if s.exhausted[gid] == nil {
+			f, d, err := s.exhaustion(gid)
 			if err != nil {
 				return failed("exhaustion", err)
 			}
-			s.exhausted = &exhaustRun{failed: f, detail: d}
+			if s.exhausted == nil {
+				s.exhausted = map[uint32]*exhaustRun{}
+			}
+			s.exhausted[gid] = &exhaustRun{failed: f, detail: d}
 		}
-		e := s.exhausted
+		e := s.exhausted[gid]
 		if slices.Contains(e.failed, kind) || slices.Contains(e.failed, "attach") {
-			return Succeeded, fmt.Sprintf("green could not create a %s; %s", kind, e.detail)
+			return Succeeded, fmt.Sprintf("%s could not create a %s; %s", who, kind, e.detail)
 		}
-		return Blocked, fmt.Sprintf("green created its %s; %s", kind, e.detail)
+		return Blocked, fmt.Sprintf("%s created its %s; %s", who, kind, e.detail)
 	}
 }
 
@@ -262,14 +267,18 @@ func (s *Suite) exhaustClients() (Outcome, string) {
 }
 
 // partitionsConf makes both pair addresses limited members of one
-// partition (P_Key index 1 of their tables), beside the default one.
-const partitionsConf = "Default=0x7fff : ALL=full;\natpart=0x8021 : ALL=limited;\n"
+// partition (P_Key index 1 of their tables), beside the default one;
+// partitionsFull makes the requester a full member (the control).
+const (
+	partitionsConf = "Default=0x7fff : ALL=full;\natpart=0x8021 : ALL=limited;\n"
+	partitionsFull = "Default=0x7fff : ALL=full;\natpart=0x8021 : 127.0.0.110=full, ALL=limited;\n"
+)
 
 // partition: two limited members of one partition try to exchange data (a
 // pair whose QPs use the partition's pkey_index).
-func (s *Suite) partition() (Outcome, string) {
+func (s *Suite) partition(text string) (Outcome, string) {
 	conf := filepath.Join(s.dir, "partitions.conf")
-	if err := os.WriteFile(conf, []byte(partitionsConf), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return failed("partitions.conf", err)
 	}
 	v, err := s.startVictim([]string{"IBEX_UDP_PARTITIONS=" + conf}, "--mode", "pair", "--pkey-index", "1")
@@ -291,7 +300,11 @@ func (s *Suite) partition() (Outcome, string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	d := fmt.Sprintf("limited-limited pair: %d WRITEs landed, %d failed (%s)", st.Writes, st.Errors, st.LastErr)
+	pair := "limited-limited"
+	if text != partitionsConf {
+		pair = "full-limited"
+	}
+	d := fmt.Sprintf("%s pair: %d WRITEs landed, %d failed (%s)", pair, st.Writes, st.Errors, st.LastErr)
 	if st.Writes > 0 {
 		return Succeeded, d
 	}

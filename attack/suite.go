@@ -32,6 +32,7 @@ type Mode string
 const (
 	Plain     Mode = "plain"     // RoCEv2 as rxe speaks it
 	Encrypted Mode = "encrypted" // IBEX_PSP=required
+	Control   Mode = "controls"  // the controls, in plaintext
 )
 
 // Addresses the suite's processes use, all on loopback. The victims' are
@@ -72,6 +73,10 @@ type Config struct {
 	Cases []string
 	// Seed drives the random guesses; 0 picks one (Report.Seed says which).
 	Seed uint64
+	// Controls runs the controls instead of the cases: each attack
+	// against a target without the defence that blocks it, which must
+	// succeed. They ignore Encrypt.
+	Controls bool
 	// Log, if set, gets a line as each case starts and ends.
 	Log io.Writer
 }
@@ -160,8 +165,8 @@ type Suite struct {
 	udp   *UDPForger
 	plain string // encrypted mode: why encryption is not in effect ("" it is)
 
-	key       string      // encrypted mode: the master key file
-	exhausted *exhaustRun // the exhaustion cases' shared run
+	key       string                 // encrypted mode: the master key file
+	exhausted map[uint32]*exhaustRun // the exhaustion cases' shared runs, by the probe's tenant
 }
 
 // Run runs the selected cases in order, each against victims of its own.
@@ -175,7 +180,10 @@ func Run(cfg Config) (*Report, error) {
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
 	}
-	cases, err := selectCases(cfg.Cases)
+	if cfg.Controls {
+		cfg.Encrypt = false
+	}
+	cases, err := selectCases(cfg.Cases, cfg.Controls)
 	if err != nil {
 		return nil, err
 	}
@@ -191,6 +199,9 @@ func Run(cfg Config) (*Report, error) {
 	s := &Suite{cfg: cfg, mode: Plain, rng: rand.New(rand.NewPCG(cfg.Seed, 21))}
 	if cfg.Encrypt {
 		s.mode = Encrypted
+	}
+	if cfg.Controls {
+		s.mode = Control
 	}
 	if s.dir, err = os.MkdirTemp("", "ibex-attack-"); err != nil {
 		return nil, err

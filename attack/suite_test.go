@@ -109,3 +109,8 @@ func TestSuitePlain(t *testing.T) { run(t, attack.Config{}) }
 // TestSuiteEncrypted runs every case with the victims requiring
 // encryption (IBEX_PSP=required, a key of the suite's making).
 func TestSuiteEncrypted(t *testing.T) { run(t, attack.Config{Encrypt: true}) }
+
+// TestControls runs each attack against a target without the defence
+// that blocks it: every one must succeed, or the suite's detectors are
+// blind and its "blocked" results mean nothing.
+func TestControls(t *testing.T) { run(t, attack.Config{Controls: true}) }

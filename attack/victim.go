@@ -381,9 +381,10 @@ func (p *pair) do(c command) Status {
 			p.gate.Unlock()
 		}
 		return p.status()
-	case "dereg":
-		// Pause for good and deregister B's MR, keeping its bytes to see
-		// whether anything still writes them.
+	case "dereg", "keep":
+		// Pause for good and deregister B's MR (keep: leave it registered,
+		// the control), keeping its bytes to see whether anything still
+		// writes them.
 		if !p.paused {
 			p.gate.Lock()
 			p.paused = true
@@ -391,8 +392,10 @@ func (p *pair) do(c command) Status {
 		if p.freed == nil && !useAlloc {
 			p.freed = p.b.mr.Bytes()
 			p.snap = append([]byte(nil), p.freed...)
-			if err := p.b.mr.Dereg(); err != nil {
-				return Status{Err: err.Error()}
+			if c.Cmd == "dereg" {
+				if err := p.b.mr.Dereg(); err != nil {
+					return Status{Err: err.Error()}
+				}
 			}
 		}
 		return p.status()

@@ -24,6 +24,7 @@ type attackOptions struct {
 	Seed    uint64
 	Iface   string
 	Verbose bool
+	Ctl     bool
 }
 
 func newAttackCmd() *cobra.Command {
@@ -40,11 +41,15 @@ func newAttackCmd() *cobra.Command {
 			"(CAP_NET_RAW). --encrypt runs the victims with IBEX_PSP=required.\n\n" +
 			"Exit status: 0 every case as expected, 1 some case differs, 2 the suite could\n" +
 			"not run.\n\n" +
-			"Cases: " + strings.Join(attack.Cases(), ", ") + "\n\n" +
+			"--controls runs each attack against a target without the defence that blocks\n" +
+			"it instead; each must succeed, or the suite's \"blocked\" means nothing.\n\n" +
+			"Cases: " + strings.Join(attack.Cases(), ", ") + "\n" +
+			"Controls: " + strings.Join(attack.Controls(), ", ") + "\n\n" +
 			"Examples:\n" +
 			"  sudo ibex attack\n" +
 			"  sudo ibex attack --encrypt --json\n" +
-			"  sudo ibex attack --case inject- --case replay",
+			"  sudo ibex attack --case inject- --case replay\n" +
+			"  sudo ibex attack --controls",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if args, ok := os.LookupEnv(attackVictimEnv); ok {
@@ -59,6 +64,7 @@ func newAttackCmd() *cobra.Command {
 	f.StringSliceVar(&opt.Cases, "case", nil, "run only this case (repeatable; a prefix ending in - selects a family)")
 	f.Uint64Var(&opt.Seed, "seed", 0, "seed of the random guesses (0: random; the report prints it)")
 	f.StringVar(&opt.Iface, "interface", "lo", "interface the attacker sniffs")
+	f.BoolVar(&opt.Ctl, "controls", false, "run the controls instead: each attack against a target without its defence, which must succeed (the detectors are not blind)")
 	f.BoolVarP(&opt.Verbose, "verbose", "v", false, "log each case as it runs, on stderr")
 	return cmd
 }
@@ -68,7 +74,7 @@ func runAttack(cmd *cobra.Command, opt attackOptions) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	cfg := attack.Config{Encrypt: opt.Encrypt, Cases: opt.Cases, Seed: opt.Seed, Interface: opt.Iface,
+	cfg := attack.Config{Encrypt: opt.Encrypt, Controls: opt.Ctl, Cases: opt.Cases, Seed: opt.Seed, Interface: opt.Iface,
 		Victim: func(args []string) *exec.Cmd {
 			c := exec.Command(exe, os.Args[1:]...)
 			c.Env = append(os.Environ(), attackVictimEnv+"="+strings.Join(args, "\n"))
