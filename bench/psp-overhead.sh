@@ -4,7 +4,9 @@
 # (127.0.0.94 and .95), plain and encrypted (IBEX_PSP=required on both ends:
 # a connection that were not encrypted would be refused), interleaved,
 # ROUNDS times (alternating which goes first); prints every figure and the
-# medians. Units: MiB/s (BW average), µs (t_typical, half a round trip).
+# medians. Units: MiB/s (BW average), µs (write_lat's t_typical and t_min,
+# half a round trip; on a loaded machine t_min is the steadier estimate of
+# a fixed per-message cost).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
@@ -21,8 +23,9 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' | sed 's/^/1:/' >"$tmp/key"
 port=19700
 median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
-# run MODE TEST COLUMN ARGS...: column COLUMN of the first result row
-# (4 = BW average, 5 = t_typical).
+# run MODE TEST COLUMNS ARGS...: columns COLUMNS (awk field numbers,
+# comma-separated) of the first result row (4 = BW average; 3 = t_min,
+# 5 = t_typical).
 run() {
 	local mode=$1 test=$2 col=$3
 	shift 3
@@ -39,7 +42,7 @@ run() {
 		exit 1
 	}
 	wait "$srv" 2>/dev/null || true
-	awk -v c="$col" '/#bytes/ {getline; print $c; exit}' "$tmp/cli.out"
+	awk -v c="$col" '/#bytes/ {getline; n = split(c, f, ","); o = ""; for (i = 1; i <= n; i++) o = o (i > 1 ? " " : "") $f[i]; print o; exit}' "$tmp/cli.out"
 }
 
 for r in $(seq "$ROUNDS"); do
@@ -47,17 +50,18 @@ for r in $(seq "$ROUNDS"); do
 	if [ $((r % 2)) = 0 ]; then order="psp plain"; fi
 	for m in $order; do
 		bw=$(run "$m" write_bw 4 -s 1M -n "$ITERS_BW")
-		lat=$(run "$m" write_lat 5 -s 8)
+		lat=$(run "$m" write_lat 5,3 -s 8)
 		echo "$m $bw $lat" | tee -a "$tmp/all"
 	done
 done
 echo
-printf '%-6s %14s %14s\n' mode "write_bw MiB/s" "write_lat µs"
+printf '%-6s %14s %18s %14s\n' mode "write_bw MiB/s" "write_lat typ µs" "t_min µs"
 for m in plain psp; do
 	bw=$(awk -v m=$m '$1==m {print $2}' "$tmp/all" | median)
 	lat=$(awk -v m=$m '$1==m {print $3}' "$tmp/all" | median)
-	printf '%-6s %14s %14s\n' $m "$bw" "$lat"
-	eval "${m}_bw=$bw ${m}_lat=$lat"
+	lmin=$(awk -v m=$m '$1==m {print $4}' "$tmp/all" | median)
+	printf '%-6s %14s %18s %14s\n' $m "$bw" "$lat" "$lmin"
+	eval "${m}_bw=$bw ${m}_lat=$lat ${m}_min=$lmin"
 done
-awk -v pb="$plain_bw" -v eb="$psp_bw" -v pl="$plain_lat" -v el="$psp_lat" \
-	'BEGIN {printf "cost: bandwidth %.1f%% (goal <= 10%%), latency %+.2f us (goal <= 1 us)\n", 100*(pb-eb)/pb, el-pl}'
+awk -v pb="$plain_bw" -v eb="$psp_bw" -v pl="$plain_lat" -v el="$psp_lat" -v pm="$plain_min" -v em="$psp_min" \
+	'BEGIN {printf "cost: bandwidth %.1f%% (goal <= 10%%), latency %+.2f us typical, %+.2f us t_min (goal <= 1 us)\n", 100*(pb-eb)/pb, el-pl, em-pm}'
