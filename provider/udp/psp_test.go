@@ -469,3 +469,78 @@ func TestPSPSockets(t *testing.T) {
 		}
 	}
 }
+
+// TestPSPHostileSealed sends an encrypted QP, from its peer's address
+// (spoofed port), random datagrams that look sealed: TVer 1, a valid
+// opcode, the QP's number, its SPI, the successor, another or a flipped
+// one, random IVs, lengths and bodies. None panics the device, every one
+// is counted as dropped, and the QP keeps its state and its traffic.
+func TestPSPHostileSealed(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (-seed %d replays the datagrams)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 21))
+	n := newMemNet(seed, rctest.Faults{})
+	da, db := pspMemDevices(t, n, "required", "required")
+	a, b := openEnd(t, da, 8192, 16, pspAcc), openEnd(t, db, 8192, 16, pspAcc)
+	connectEnds(t, a, b)
+	a.run(t, a.write(b, 0, 8192))
+	keys, err := psp.ParseKeys([]byte(pspKeyText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spi := b.qp.Info().SPI
+	spis := []uint32{spi, keys.Successor(spi), spi ^ 1<<31, rng.Uint32()}
+	ops := []ib.Opcode{ib.RCWriteOnly, ib.RCWriteFirst, ib.RCSendOnly, ib.RCReadRequest, ib.RCAck, ib.RCCompareSwap, ib.RCReadResponseOnly, ib.CNP}
+	evil := n.net.Endpoint(netip.MustParseAddrPort("10.0.0.1:5001"))
+	victim := netip.MustParseAddrPort("10.0.0.2:4791")
+	base, _ := Counters(db)
+	const count = 2000
+	for i := range count {
+		k := psp.MinLen + rng.IntN(200)
+		if rng.IntN(4) > 0 {
+			k &^= 3
+		}
+		p := make([]byte, k)
+		for j := range p {
+			p[j] = byte(rng.Uint32())
+		}
+		p[0] = byte(ops[rng.IntN(len(ops))])
+		p[1] = p[1]&^0x0f | psp.TVer
+		p[5], p[6], p[7] = byte(b.qp.Num()>>16), byte(b.qp.Num()>>8), byte(b.qp.Num())
+		binary.BigEndian.PutUint32(p[12:], spis[rng.IntN(len(spis))])
+		if rng.IntN(10) == 0 {
+			binary.BigEndian.PutUint64(p[16:], 0)
+		}
+		evil.Send(victim, [][]byte{p})
+		if i%100 == 0 {
+			_, _ = b.cq.Poll(make([]verbs.WC, 1))
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var c PortCounters
+	for {
+		c, _ = Counters(db)
+		if c.PortRcvErrors-base.PortRcvErrors >= count || time.Now().After(deadline) {
+			break
+		}
+		_, _ = b.cq.Poll(make([]verbs.WC, 1))
+		time.Sleep(time.Millisecond)
+	}
+	drops := c.PortRcvErrors - base.PortRcvErrors
+	t.Logf("%d hostile sealed datagrams: %d receive errors (auth %d, replay %d, unknown SPI %d)", count, drops,
+		c.PSPAuthErrors-base.PSPAuthErrors, c.PSPReplayDrops-base.PSPReplayDrops, c.PSPUnknownSPI-base.PSPUnknownSPI)
+	if drops != count {
+		t.Fatalf("%d of %d dropped", drops, count)
+	}
+	if s := b.qp.State(); s != verbs.QPSRTS {
+		t.Fatalf("victim QP in %v", s)
+	}
+	clear(b.mr.Bytes())
+	a.run(t, a.write(b, 0, 8192))
+	if !bytes.Equal(a.mr.Bytes(), b.mr.Bytes()) {
+		t.Fatal("a WRITE after the hostile datagrams: data differs")
+	}
+}
