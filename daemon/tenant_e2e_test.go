@@ -135,7 +135,7 @@ func steal(pd *verbs.PD, cq *verbs.CQ, info string) string {
 	}
 	e := &end{qp: a, cq: cq, mr: mr}
 	wc := e.write(tbStub{}, p, 0, 0, 64)
-	return "connect " + oneLine(connErr) + "|write " + wc.Status.String()
+	return "connect " + oneLine(connErr) + "|write " + wc.Status.String() + "|cause " + oneLine(a.Err())
 }
 
 func oneLine(err error) string {
@@ -380,7 +380,7 @@ tenants:
 		t.Fatalf("blue process: %q", line)
 	}
 	blue.expect(t, "steal "+victim.info(), "connect ", "is a QP of another tenant of this daemon", `tenant "blue" may connect only to its own`,
-		"|write "+verbs.WCRemAccessErr.String())
+		"|write "+verbs.WCRemAccessErr.String(), "|cause ", "responder NAK at psn", "remote access error")
 	if got := string(victim.mr.Bytes()[:7]); got != "admin's" {
 		t.Errorf("admin's MR holds %q after blue's attempts", got)
 	}

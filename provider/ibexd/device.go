@@ -50,6 +50,14 @@ type device struct {
 	lastPoll  atomic.Int64                         // when a poller last called Progress (ns since start; 0: it went to sleep)
 	wakeRings chan struct{}                        // Idle: the ring goroutines go back to futex sleeps
 	done      chan struct{}                        // closed when reader ends
+
+	// QP events from the daemon, handled in order by qpEvents, not by the
+	// reader: handling one drains the QP's completion rings, and a drain
+	// may wait for an answer (a completion's cause) that only the reader
+	// can deliver.
+	evMu   sync.Mutex
+	evs    []ibexdwire.Event
+	evWake chan struct{}
 }
 
 // alloc is a piece of memory from AllocMem: a memfd the daemon maps.
@@ -93,7 +101,9 @@ func (d *device) hello() error {
 	// The transport runs in the daemon's threads: a process spinning
 	// on a CQ or on memory should yield its thread now and then.
 	d.attr.Caps |= verbs.CapAllocatedMemory | verbs.CapProgressThread
+	d.evWake = make(chan struct{}, 1)
 	go d.reader()
+	go d.qpEvents()
 	return nil
 }
 

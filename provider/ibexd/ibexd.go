@@ -212,12 +212,12 @@ func (d *device) reader() {
 			case ibexdwire.EventDetach:
 				detach = r.Event.Cause
 			case ibexdwire.EventQP:
-				if q := d.qp(r.Event.QPN); q != nil {
-					// The daemon wrote the QP's completions before the
-					// event: deliver them first.
-					q.sendCQ.drainAll()
-					q.recvCQ.drainAll()
-					q.h.Fail(fmt.Errorf("ibexd: %s", r.Event.Cause), r.Event.Type, true)
+				d.evMu.Lock()
+				d.evs = append(d.evs, *r.Event)
+				d.evMu.Unlock()
+				select {
+				case d.evWake <- struct{}{}:
+				default:
 				}
 			}
 			continue
@@ -232,6 +232,37 @@ func (d *device) reader() {
 		}
 		rr := r
 		ch <- reply{r: &rr, fds: fds}
+	}
+}
+
+// qpEvents fails the QPs the daemon's events name, in the order they
+// came, until the reader ends (lost then fails every QP).
+func (d *device) qpEvents() {
+	for {
+		select {
+		case <-d.evWake:
+		case <-d.done:
+			return
+		}
+		for {
+			d.evMu.Lock()
+			if len(d.evs) == 0 {
+				d.evMu.Unlock()
+				break
+			}
+			ev := d.evs[0]
+			d.evs = d.evs[1:]
+			d.evMu.Unlock()
+			if q := d.qp(ev.QPN); q != nil {
+				// The daemon wrote the QP's completions before the
+				// event: deliver them first. Delivering an error
+				// completion asks the daemon its cause, which the
+				// reader, free meanwhile, answers.
+				q.sendCQ.drainAll()
+				q.recvCQ.drainAll()
+				q.h.Fail(fmt.Errorf("ibexd: %s", ev.Cause), ev.Type, true)
+			}
+		}
 	}
 }
 
