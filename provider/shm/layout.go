@@ -43,7 +43,10 @@ const (
 //
 //	0  state: gen<<1 | live; readers check it before and after reading
 //	   the fields (a seqlock) and again when they finish an access
-//	8  rkey, 12 pd id, 16 access, 20 kind, 24 va, 32 len, 40 pool offset
+//	8  rkey, 12 pd id, 16 access, 20 kind, 24 va (the region's name:
+//	its address, or its iova), 32 len, 40 where its bytes are: the offset
+//	in the owner's pool (kindPool) or the owner's process address
+//	(kindPVM)
 const (
 	keyState  = 0
 	keyRKey   = 8

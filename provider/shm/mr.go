@@ -69,8 +69,13 @@ func (n *node) RegMR(mr driver.MR) error {
 	// Where the memory is, not what the MR calls it: AllocMR's regions
 	// have a random address (their iova), and peers name bytes by it.
 	base := uint64(uintptr(unsafe.Pointer(&n.seg.Mem[0])))
-	if p := uint64(uintptr(unsafe.Pointer(&mr.Bytes()[0]))); p >= base && p+uint64(mr.Len()) <= base+uint64(len(n.seg.Mem)) {
+	p := uint64(uintptr(unsafe.Pointer(&mr.Bytes()[0])))
+	if p >= base && p+uint64(mr.Len()) <= base+uint64(len(n.seg.Mem)) {
 		kind, poolOff = kindPool, p-base
+	} else {
+		// Ordinary memory: peers reach it at its process address, which
+		// is not its name when it was registered with an iova.
+		poolOff = p
 	}
 	e.u32(keyRKey).Store(mr.RKey())
 	e.u32(keyPD).Store(mr.PD().ID())

@@ -854,10 +854,11 @@ func (q *qpDriver) oneSided(l *link, e *entry, w *driver.SendWork) (verbs.WCStat
 		return locProt()
 	}
 	var err error
+	at := r.pool + (w.RemoteAddr - r.va) // the process address (checked against the MR's bounds)
 	if write {
-		err = shmem.WriteTo(p.pid, w.RemoteAddr, iov)
+		err = shmem.WriteTo(p.pid, at, iov)
 	} else {
-		err = shmem.ReadFrom(p.pid, w.RemoteAddr, iov)
+		err = shmem.ReadFrom(p.pid, at, iov)
 	}
 	clear(iov)
 	w.Unpin()
