@@ -56,10 +56,33 @@ func (s *Suite) last(i int, match func(*Seen) bool) (Seen, bool) {
 	return Seen{}, false
 }
 
-// send sends p to dst: spoofed from src, or from the attacker's own address.
-func (s *Suite) send(p *wire.Packet, spoof bool, src, dst netip.AddrPort) error {
-	if spoof {
+// sender is where a forged packet comes from.
+type sender uint8
+
+const (
+	fromOwn      sender = iota // the attacker's own address, .112
+	fromSameHost               // a UDP socket on the peer's address, another port: any process on the peer's host, no privilege
+	fromSpoofed                // the peer's address and port, spoofed (raw socket)
+)
+
+// send sends p to dst as if from src, the way how says.
+func (s *Suite) send(p *wire.Packet, how sender, src, dst netip.AddrPort) error {
+	switch how {
+	case fromSpoofed:
 		return s.raw.Spoof(p, src, dst)
+	case fromSameHost:
+		f := s.sameHost[src.Addr()]
+		if f == nil {
+			var err error
+			if f, err = NewUDPForger(netip.AddrPortFrom(src.Addr(), 0), true); err != nil {
+				return err
+			}
+			if s.sameHost == nil {
+				s.sameHost = map[netip.Addr]*UDPForger{}
+			}
+			s.sameHost[src.Addr()] = f
+		}
+		return f.Send(p, dst)
 	}
 	return s.udp.Send(p, dst)
 }
@@ -94,7 +117,7 @@ func damage(st Status) (Outcome, string) {
 // inject forges a WRITE into the pair victim's responder at the PSN it
 // expects next, with the rkey and address sniffed from its legitimate
 // WRITEs, while the stream pauses, then lets the stream go on.
-func (s *Suite) inject(spoof bool) (Outcome, string) {
+func (s *Suite) inject(how sender) (Outcome, string) {
 	mark := s.sn.Mark()
 	v, err := s.startVictim(nil, "--mode", "pair")
 	if err != nil {
@@ -117,7 +140,7 @@ func (s *Suite) inject(spoof bool) (Outcome, string) {
 	}
 	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCWriteOnly, PKey: w.BTH.PKey, DestQP: w.BTH.DestQP, AckReq: true, PSN: ib.PSNAdd(w.BTH.PSN, 1)},
 		RETH: wire.RETH{VA: w.Packet.RETH.VA, RKey: w.Packet.RETH.RKey, DMALen: slotLen}, Payload: bytes.Repeat([]byte{0xa5}, slotLen)}
-	if err := s.send(&p, spoof, w.Src, w.Dst); err != nil {
+	if err := s.send(&p, how, w.Src, w.Dst); err != nil {
 		return failed("forge", err)
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -143,7 +166,7 @@ func (s *Suite) peerOfA(mark int) (qpn uint32, b netip.AddrPort, ok bool) {
 // nak sprays NAKs (remote access error) at the live requester for the
 // latest PSN it sent and the next one, for up to a second (the stream
 // posts a WRITE every 3 ms; unguarded, a QP falls within 0.1 s).
-func (s *Suite) nak(spoof bool) (Outcome, string) {
+func (s *Suite) nak(how sender) (Outcome, string) {
 	mark := s.sn.Mark()
 	v, err := s.startVictim(nil, "--mode", "pair")
 	if err != nil {
@@ -165,7 +188,7 @@ func (s *Suite) nak(spoof bool) (Outcome, string) {
 			for _, psn := range []uint32{w.BTH.PSN, ib.PSNAdd(w.BTH.PSN, 1)} {
 				p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCAck, PKey: w.BTH.PKey, DestQP: qpn, PSN: psn},
 					AETH: wire.AETH{Syndrome: ib.SynNAKRemoteAccess, MSN: 0}}
-				if err := s.send(&p, spoof, b, a); err != nil {
+				if err := s.send(&p, how, b, a); err != nil {
 					return failed("forge", err)
 				}
 				sent++
@@ -188,7 +211,7 @@ func (s *Suite) nak(spoof bool) (Outcome, string) {
 // ack makes the victim's responder drop everything, waits for the WRITE
 // the requester then sends, and acknowledges it with a forged ACK at its
 // PSN plus off.
-func (s *Suite) ack(spoof bool, off int) (Outcome, string) {
+func (s *Suite) ack(how sender, off int) (Outcome, string) {
 	mark := s.sn.Mark()
 	v, err := s.startVictim(nil, "--mode", "pair")
 	if err != nil {
@@ -220,7 +243,7 @@ func (s *Suite) ack(spoof bool, off int) (Outcome, string) {
 		for _, d := range []int{off, -off} {
 			p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCAck, PKey: w.BTH.PKey, DestQP: qpn, PSN: ib.PSNAdd(w.BTH.PSN, d)},
 				AETH: wire.AETH{Syndrome: ib.SynACK, MSN: 1}}
-			if err := s.send(&p, spoof, b, a); err != nil {
+			if err := s.send(&p, how, b, a); err != nil {
 				return failed("forge", err)
 			}
 			if off == 0 {
@@ -244,8 +267,9 @@ func (s *Suite) ack(spoof bool, off int) (Outcome, string) {
 }
 
 // replay captures legitimate WRITEs, waits until their slots were written
-// again, and sends the captured packets again byte for byte.
-func (s *Suite) replay() (Outcome, string) {
+// again (reconnect: until the victim reconnected its QPs), and sends the
+// captured packets again byte for byte.
+func (s *Suite) replay(reconnect bool) (Outcome, string) {
 	mark := s.sn.Mark()
 	v, err := s.startVictim(nil, "--mode", "pair")
 	if err != nil {
@@ -260,6 +284,11 @@ func (s *Suite) replay() (Outcome, string) {
 			return Blocked, fmt.Sprintf("only %d WRITEs captured", len(caught))
 		}
 		caught, i = append(caught, w), next
+	}
+	if reconnect {
+		if _, err := v.ask(command{Cmd: "reconnect"}); err != nil {
+			return failed("reconnect", err)
+		}
 	}
 	if _, err := waitWrites(v, 2*slots); err != nil {
 		return failed("status", err)

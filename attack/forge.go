@@ -22,10 +22,11 @@ type UDPForger struct {
 	buf   []byte
 }
 
-// NewUDPForger binds local (port 4791 if zero) with DF set, so the kernel
-// sends IPv4 ID 0 and the ICRC is computed for it, as provider/udp does.
-func NewUDPForger(local netip.AddrPort) (*UDPForger, error) {
-	if local.Port() == 0 {
+// NewUDPForger binds local (port 4791 if zero, unless ephemeral) with DF
+// set, so the kernel sends IPv4 ID 0 and the ICRC is computed for it, as
+// provider/udp does.
+func NewUDPForger(local netip.AddrPort, ephemeral bool) (*UDPForger, error) {
+	if local.Port() == 0 && !ephemeral {
 		local = netip.AddrPortFrom(local.Addr(), wire.UDPPort)
 	}
 	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(local))
@@ -45,7 +46,7 @@ func NewUDPForger(local netip.AddrPort) (*UDPForger, error) {
 		conn.Close()
 		return nil, fmt.Errorf("forger: DF: %w", err)
 	}
-	return &UDPForger{conn: conn, local: local}, nil
+	return &UDPForger{conn: conn, local: conn.LocalAddr().(*net.UDPAddr).AddrPort()}, nil
 }
 
 // Local is the forger's address.

@@ -165,8 +165,9 @@ type Suite struct {
 	udp   *UDPForger
 	plain string // encrypted mode: why encryption is not in effect ("" it is)
 
-	key       string                 // encrypted mode: the master key file
-	exhausted map[uint32]*exhaustRun // the exhaustion cases' shared runs, by the probe's tenant
+	sameHost  map[netip.Addr]*UDPForger // fromSameHost's sockets
+	key       string                    // encrypted mode: the master key file
+	exhausted map[uint32]*exhaustRun    // the exhaustion cases' shared runs, by the probe's tenant
 }
 
 // Run runs the selected cases in order, each against victims of its own.
@@ -229,10 +230,15 @@ func Run(cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNoCapability, err)
 	}
 	defer s.raw.Close()
-	if s.udp, err = NewUDPForger(netip.AddrPortFrom(AddrAttacker, 0)); err != nil {
+	if s.udp, err = NewUDPForger(netip.AddrPortFrom(AddrAttacker, 0), false); err != nil {
 		return nil, err
 	}
 	defer s.udp.Close()
+	defer func() {
+		for _, f := range s.sameHost {
+			_ = f.Close()
+		}
+	}()
 
 	rep := &Report{Mode: s.mode, Seed: cfg.Seed}
 	if cfg.Encrypt {

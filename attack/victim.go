@@ -250,6 +250,7 @@ type pair struct {
 	// gate is held by the stream for each WRITE and by a pause.
 	gate   sync.Mutex
 	paused bool
+	opt    verbs.ConnectOptions
 	freed  []byte // dereg: B's memory after its MR was deregistered
 	snap   []byte // and what it held then
 }
@@ -281,6 +282,7 @@ func newPair(dev, a, b string, pkeyIndex uint16) (*pair, error) {
 	if err := connectWith(p.a, p.b, opt); err != nil {
 		return nil, err
 	}
+	p.opt = opt
 	go p.run()
 	return p, nil
 }
@@ -380,6 +382,35 @@ func (p *pair) do(c command) Status {
 			p.paused = false
 			p.gate.Unlock()
 		}
+		return p.status()
+	case "reconnect":
+		// A new pair of QPs (new QPNs and PSNs) over the same MRs, as an
+		// application reconnecting does; B's slots are cleared.
+		if !p.paused {
+			p.gate.Lock()
+		}
+		defer func() {
+			if !p.paused {
+				p.gate.Unlock()
+			}
+		}()
+		for _, e := range []*end{p.a, p.b} {
+			if err := e.qp.Destroy(); err != nil {
+				return Status{Err: err.Error()}
+			}
+			qp, err := e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16}})
+			if err != nil {
+				return Status{Err: err.Error()}
+			}
+			e.qp = qp
+		}
+		if err := connectWith(p.a, p.b, p.opt); err != nil {
+			return Status{Err: err.Error()}
+		}
+		p.mu.Lock()
+		clear(p.b.mr.Bytes()[:halfLen])
+		p.last = [slots]int{}
+		p.mu.Unlock()
 		return p.status()
 	case "dereg", "keep":
 		// Pause for good and deregister B's MR (keep: leave it registered,
