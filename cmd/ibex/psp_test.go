@@ -11,6 +11,32 @@ import (
 	"github.com/ibex-rdma/ibex/internal/perftestrun"
 )
 
+// TestPSPPerf: `ibex perf` between two ibex processes whose udp devices
+// require encryption: the SPIs cross in the dests' srqn field (without
+// them each end would refuse to connect), write_bw and read_bw complete
+// with their reports.
+func TestPSPPerf(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "psp.key")
+	if err := os.WriteFile(key, []byte(strings.Repeat("5d", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(addr string) []string {
+		return []string{"IBEX_UDP_ADDR=" + addr, "IBEX_PSP=required", "IBEX_PSP_KEY=" + key, "IBEX_DAEMON=off"}
+	}
+	for _, test := range []string{"write_bw", "read_bw"} {
+		port := strconv.Itoa(freePort(t))
+		startServer(t, env("127.0.0.96"), test, "-d", "udp0", "-p", port, "-s", "65536", "-n", "300")
+		time.Sleep(100 * time.Millisecond)
+		out, err := runClient(t, env("127.0.0.97"), test, "-d", "udp0", "-p", port, "-s", "65536", "-n", "300", "127.0.0.1")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", test, err, out)
+		}
+		if rows := parseReport(t, out, false); len(rows) != 1 || rows[0][1] != 300 || rows[0][3] <= 0 {
+			t.Fatalf("%s: report %v\n%s", test, rows, out)
+		}
+	}
+}
+
 // TestPSPRealPerftest: Debian's real perftest cannot speak ibex's
 // encryption (its exchange has no SPI). Against it, `ibex perf` with
 // IBEX_PSP=on runs write_bw in plaintext, with the data of the normal case;
