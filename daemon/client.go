@@ -338,7 +338,7 @@ func (c *client) teardown() {
 func (c *client) status() ibexdwire.ClientStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cs := ibexdwire.ClientStatus{PID: c.pid, UID: c.who.UID, GID: c.who.GID, Cgroup: c.who.Cgroup, Tenant: c.tenant.name, Command: c.command, Device: c.device, MRs: len(c.mrs),
+	cs := ibexdwire.ClientStatus{PID: c.pid, UID: c.who.UID, GID: c.who.GID, Groups: c.who.Groups, Cgroup: c.who.Cgroup, Tenant: c.tenant.name, Command: c.command, Device: c.device, MRs: len(c.mrs),
 		MRBytes: c.memBytes, CQs: len(c.cqs), Posted: c.posted.Load(), Comps: c.completed.Load()}
 	for _, q := range c.qps {
 		a := q.qp.Query()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -27,7 +28,8 @@ type Identity struct {
 	PID    int
 	UID    int
 	GID    int
-	Cgroup string // "" when the process has no cgroup v2 line (or exited)
+	Groups []int  // supplementary groups (SO_PEERGROUPS), at connect
+	Cgroup string // "" when the process has no cgroup v2 line, or exited before it was read
 }
 
 func (id Identity) String() string {
@@ -42,17 +44,56 @@ func peerIdentity(conn *net.UnixConn) (Identity, error) {
 	}
 	var cred *unix.Ucred
 	var cerr error
+	var groups []int
+	pidfd := -1
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		groups = peerGroups(int(fd))
+		if p, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
+			pidfd = p
+		}
 	}); err != nil {
 		return Identity{}, err
+	}
+	if pidfd >= 0 {
+		defer unix.Close(pidfd)
 	}
 	if cerr != nil {
 		return Identity{}, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	id := Identity{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid)}
+	id := Identity{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid), Groups: groups}
 	id.Cgroup = cgroupOf(id.PID)
+	// /proc/PID is the connecting process only while it lives: with its
+	// pidfd (SO_PEERPIDFD, Linux 6.5), a process that is gone after the
+	// read (its pid perhaps another's already) leaves the cgroup unknown.
+	if pidfd >= 0 && unix.PidfdSendSignal(pidfd, 0, nil, 0) != nil {
+		id.Cgroup = ""
+	}
 	return id, nil
+}
+
+// peerGroups is the supplementary groups of the peer of socket fd when
+// it connected (SO_PEERGROUPS, Linux 4.13); nil if the kernel says none.
+func peerGroups(fd int) []int {
+	buf := make([]uint32, 64)
+	for range 2 {
+		n := uint32(4 * len(buf))
+		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		switch errno {
+		case 0:
+			out := make([]int, 0, n/4)
+			for _, g := range buf[:n/4] {
+				out = append(out, int(g))
+			}
+			return out
+		case unix.ERANGE:
+			buf = make([]uint32, n/4+1) // n is the size the kernel needs
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // cgroupOf is the cgroup v2 path of pid (the "0::/path" line of
@@ -101,7 +142,8 @@ func (m *TenantMatch) takes(id Identity) bool {
 	if len(m.UIDs) > 0 && !slices.Contains(m.UIDs, id.UID) {
 		return false
 	}
-	if len(m.GIDs) > 0 && !slices.Contains(m.GIDs, id.GID) {
+	if len(m.GIDs) > 0 && !slices.Contains(m.GIDs, id.GID) &&
+		!slices.ContainsFunc(id.Groups, func(g int) bool { return slices.Contains(m.GIDs, g) }) {
 		return false
 	}
 	if len(m.Cgroups) > 0 && !slices.ContainsFunc(m.Cgroups, func(p string) bool { return underCgroup(id.Cgroup, p) }) {

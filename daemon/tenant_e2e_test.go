@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -184,14 +185,14 @@ func userBin(t *testing.T) string {
 	return bin
 }
 
-// startTenant starts a tenant child as uid:gid and returns it with its
-// first line ("ok" or "open ERR").
-func startTenant(t *testing.T, bin string, uid, gid uint32) (*tenantProc, string) {
+// startTenant starts a tenant child as uid:gid (and supplementary
+// groups) and returns it with its first line ("ok" or "open ERR").
+func startTenant(t *testing.T, bin string, uid, gid uint32, groups ...uint32) (*tenantProc, string) {
 	t.Helper()
 	p := &peerProc{cmd: exec.Command(bin, "-test.run=^$"), exit: make(chan error, 1)}
 	p.cmd.Dir = "/"
 	p.cmd.Env = append(os.Environ(), appEnv+"=tenant")
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}}
 	p.cmd.Stderr = os.Stderr
 	p.stdin, _ = p.cmd.StdinPipe()
 	out, _ := p.cmd.StdoutPipe()
@@ -248,7 +249,9 @@ func (p *tenantProc) expect(t *testing.T, cmd, prefix string, want ...string) {
 const (
 	uidBlue  = 10421
 	uidGreen = 10422
+	uidOps   = 10423
 	uidNone  = 10429
+	gidOps   = 10430 // a supplementary group
 )
 
 // TestTenantQuotas: processes of two uids, in tenants blue and green, at
@@ -274,9 +277,11 @@ tenants:
     match: {uids: [%d]}
     partitions: ["0x8002"]
     quotas: {max_qps: 3, max_mrs: 2}
+  - name: ops
+    match: {gids: [%d]}
   - name: admin
     match: {uids: [0]}
-`, parts, uidBlue, uidGreen))
+`, parts, uidBlue, uidGreen, gidOps))
 
 	blue1, line := startTenant(t, bin, uidBlue, uidBlue)
 	if line != "ok" {
@@ -305,7 +310,12 @@ tenants:
 	green.expect(t, "qps 10", "qps 1 ", `tenant "green": quota max_qps 3 reached`)
 	green.expect(t, "mrs 10 4096", "mrs 2 ", `tenant "green": quota max_mrs 2 reached`)
 
-	none, line := startTenant(t, bin, uidNone, uidNone)
+	// A supplementary group is a group the process is in.
+	ops, line := startTenant(t, bin, uidOps, uidOps, 5, gidOps)
+	if line != "ok" {
+		t.Fatalf("ops process: %q", line)
+	}
+	none, line := startTenant(t, bin, uidNone, uidNone, 5)
 	if !strings.HasPrefix(line, "open ") || !strings.Contains(line, fmt.Sprintf("uid %d gid %d", uidNone, uidNone)) ||
 		!strings.Contains(line, "matches no tenant") {
 		t.Errorf("a process no tenant takes: %q, want it refused naming its uid", line)
@@ -325,10 +335,13 @@ tenants:
 		uid    int
 		tenant string
 		qps    int
-	}{{blue1, uidBlue, "blue", 3}, {blue2, uidBlue, "blue", 2}, {green, uidGreen, "green", 3}} {
+	}{{blue1, uidBlue, "blue", 3}, {blue2, uidBlue, "blue", 2}, {green, uidGreen, "green", 3}, {ops, uidOps, "ops", 0}} {
 		cs, ok := who[c.p.cmd.Process.Pid]
 		if !ok || cs.UID != c.uid || cs.GID != c.uid || cs.Tenant != c.tenant || len(cs.QPs) != c.qps {
 			t.Errorf("status of pid %d: %+v; want uid and gid %d, tenant %s, %d QPs", c.p.cmd.Process.Pid, cs, c.uid, c.tenant, c.qps)
+		}
+		if c.p == ops && !slices.Equal(cs.Groups, []int{5, gidOps}) {
+			t.Errorf("status of the ops process: groups %v, want [5 %d]", cs.Groups, gidOps)
 		}
 		if ok && cs.Cgroup == "" && cgroupV2() {
 			t.Errorf("status of pid %d: no cgroup", c.p.cmd.Process.Pid)

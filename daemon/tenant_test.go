@@ -86,9 +86,10 @@ func TestTenantOf(t *testing.T) {
 		{Identity{UID: 1002, GID: 2000, Cgroup: "/red.slice"}, "blue", "blue"}, // first match wins
 		{Identity{UID: 7, GID: 2000, Cgroup: "/red.slice"}, "red", "red"},
 		{Identity{UID: 7, GID: 2000, Cgroup: "/red.slice/job/1"}, "red", "red"},
-		{Identity{UID: 7, GID: 2000, Cgroup: "/red.slicer"}, "rest", ""}, // not below /red.slice
-		{Identity{UID: 7, GID: 2001, Cgroup: "/red.slice"}, "rest", ""},  // both kinds must match
-		{Identity{UID: 7, GID: 2000}, "rest", ""},                        // no cgroup known
+		{Identity{UID: 7, GID: 2000, Cgroup: "/red.slicer"}, "rest", ""},                          // not below /red.slice
+		{Identity{UID: 7, GID: 2001, Cgroup: "/red.slice"}, "rest", ""},                           // both kinds must match
+		{Identity{UID: 7, GID: 2001, Groups: []int{5, 2000}, Cgroup: "/red.slice"}, "red", "red"}, // a supplementary group
+		{Identity{UID: 7, GID: 2000}, "rest", ""},                                                 // no cgroup known
 		{Identity{UID: 0, GID: 0, Cgroup: "/"}, "rest", ""},
 	} {
 		got, ok := c.TenantOf(tc.id)

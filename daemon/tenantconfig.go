@@ -30,7 +30,7 @@ type TenantConfig struct {
 // cgroups); within a kind, any one of the values does.
 type TenantMatch struct {
 	UIDs    []int    `yaml:"uids"`    // the process's user id (SO_PEERCRED)
-	GIDs    []int    `yaml:"gids"`    // its primary group id (SO_PEERCRED)
+	GIDs    []int    `yaml:"gids"`    // its primary group id (SO_PEERCRED) or one of its supplementary groups (SO_PEERGROUPS)
 	Cgroups []string `yaml:"cgroups"` // cgroup v2 paths: the process's cgroup is one of them or below one ("/a" takes /a and /a/b, not /ab)
 }
 

@@ -181,6 +181,7 @@ type ClientStatus struct {
 	// (SO_PEERCRED, /proc/PID/cgroup), and the tenant that made it.
 	UID     int        `json:"uid"`
 	GID     int        `json:"gid"`
+	Groups  []int      `json:"groups,omitempty"` // supplementary
 	Cgroup  string     `json:"cgroup,omitempty"`
 	Tenant  string     `json:"tenant"`
 	Command string     `json:"command"`
