@@ -230,3 +230,38 @@ func (r *Receiver) Open(pkt []byte) ([]byte, error) {
 	}
 	return pt, nil
 }
+
+// State is what a sender needs to go on in another process (a daemon's
+// takeover): its SPI and the last IV it used.
+func (s *Sender) State() (spi uint32, iv uint64) { return s.sa.SPI, s.iv }
+
+// ResumeSender returns a sender that goes on from State: under spi, with
+// IVs after iv, so that no nonce is used twice and the receiver's window
+// takes what follows.
+func ResumeSender(k *Keys, spi uint32, f Flow, iv uint64) (*Sender, error) {
+	s, err := NewSender(k, spi, f)
+	if err != nil {
+		return nil, err
+	}
+	s.iv = iv
+	return s, nil
+}
+
+// State is what a receiver needs to go on in another process: its current
+// SPI and the highest IV it accepted under it.
+func (r *Receiver) State() (spi uint32, top uint64) { return r.cur.sa.SPI, r.cur.w.top }
+
+// ResumeReceiver returns a receiver that goes on from State: under spi,
+// taking every IV up to top as seen (a packet of before the move is
+// refused as a replay; the sender resends it under a new IV).
+func ResumeReceiver(k *Keys, spi uint32, f Flow, top uint64) (*Receiver, error) {
+	r, err := NewReceiver(k, spi, f)
+	if err != nil {
+		return nil, err
+	}
+	r.cur.w.top = top
+	for i := range r.cur.w.bitmap {
+		r.cur.w.bitmap[i] = ^uint64(0)
+	}
+	return r, nil
+}
