@@ -41,10 +41,23 @@ type QP struct {
 // Snapshot is the counters of a process's or a daemon's ports and QPs at
 // one time.
 type Snapshot struct {
-	Time   time.Time `json:"time"`
-	Source string    `json:"source"` // "pid 1234" or "daemon /run/ibex/ibexd.sock"
-	Ports  []Port    `json:"ports"`
-	QPs    []QP      `json:"qps"`
+	Time    time.Time `json:"time"`
+	Source  string    `json:"source"` // "pid 1234" or "daemon /run/ibex/ibexd.sock"
+	Ports   []Port    `json:"ports"`
+	QPs     []QP      `json:"qps"`
+	Tenants []Tenant  `json:"tenants,omitempty"` // a daemon's
+}
+
+// Tenant is one tenant of a daemon: what its processes hold together
+// (qps, cqs, mrs, mr_bytes), the quotas it has (max_qps, max_cqs, max_mrs,
+// max_memory in bytes, rate in bytes per second; those not set are left
+// out), and how many engine passes held its send WQEs back for its rate.
+type Tenant struct {
+	Name      string    `json:"name"`
+	Processes int       `json:"processes"`
+	Held      []Counter `json:"held"`
+	Quotas    []Counter `json:"quotas"`
+	RateHeld  uint64    `json:"rate_held"`
 }
 
 // Port finds a port of the snapshot.
@@ -163,6 +176,17 @@ func FromStatus(st ibexdwire.Status) Snapshot {
 		}
 		pma, extra := pmaOf(d.Counters, 0)
 		s.Ports = append(s.Ports, portOf(d.Name, 1, pma, extra, sum))
+	}
+	for _, t := range st.Tenants {
+		mt := Tenant{Name: t.Name, Processes: t.Clients, RateHeld: t.Held, Held: []Counter{
+			{"qps", t.QPs}, {"cqs", t.CQs}, {"mrs", t.MRs}, {"mr_bytes", t.MRBytes}}}
+		for _, q := range []Counter{{"max_qps", t.MaxQPs}, {"max_cqs", t.MaxCQs}, {"max_mrs", t.MaxMRs},
+			{"max_memory", t.MaxMemory}, {"rate", t.Rate}} {
+			if q.Value > 0 {
+				mt.Quotas = append(mt.Quotas, q)
+			}
+		}
+		s.Tenants = append(s.Tenants, mt)
 	}
 	return s
 }

@@ -73,6 +73,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, q := range s.QPs {
 		e.qp(q)
 	}
+	for _, t := range s.Tenants {
+		e.tenant(t)
+	}
 }
 
 // emitter sends one snapshot's metrics, each series once: a registry
@@ -122,6 +125,37 @@ func (e *emitter) port(p metrics.Port) {
 	for _, c := range p.Extra {
 		e.send("ibex_port_"+metricName(c.Name)+"_total", "Counter "+c.Name+" of the port (ibex's own).", portLabels, c.Value, p.Device, port)
 	}
+}
+
+// A daemon's tenants.
+var (
+	tenantProcesses = prometheus.NewDesc("ibex_tenant_processes", "Processes of the tenant attached to the daemon.", []string{"tenant"}, nil)
+	tenantHeld      = map[string]*prometheus.Desc{
+		"qps":      prometheus.NewDesc("ibex_tenant_qps", "QPs the tenant's processes hold, summed.", []string{"tenant"}, nil),
+		"cqs":      prometheus.NewDesc("ibex_tenant_cqs", "CQs the tenant's processes hold, summed.", []string{"tenant"}, nil),
+		"mrs":      prometheus.NewDesc("ibex_tenant_mrs", "MRs the tenant's processes hold, summed.", []string{"tenant"}, nil),
+		"mr_bytes": prometheus.NewDesc("ibex_tenant_mr_bytes", "Bytes the tenant's processes registered, summed.", []string{"tenant"}, nil),
+	}
+	tenantQuota    = prometheus.NewDesc("ibex_tenant_quota", "A quota of the tenant (max_qps, max_cqs, max_mrs, max_memory in bytes, rate in bytes per second); absent: none.", []string{"tenant", "quota"}, nil)
+	tenantRateHeld = prometheus.NewDesc("ibex_tenant_rate_held_total", "Engine passes that held the tenant's send WQEs back in their rings for its rate.", []string{"tenant"}, nil)
+)
+
+func (e *emitter) tenant(t metrics.Tenant) {
+	key := series{"ibex_tenant", t.Name, "", ""}
+	if e.seen[key] {
+		return // a tenant listed twice
+	}
+	e.seen[key] = true
+	e.ch <- prometheus.MustNewConstMetric(tenantProcesses, prometheus.GaugeValue, float64(t.Processes), t.Name)
+	for _, c := range t.Held {
+		if d := tenantHeld[c.Name]; d != nil {
+			e.ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(c.Value), t.Name)
+		}
+	}
+	for _, q := range t.Quotas {
+		e.ch <- prometheus.MustNewConstMetric(tenantQuota, prometheus.GaugeValue, float64(q.Value), t.Name, q.Name)
+	}
+	e.ch <- prometheus.MustNewConstMetric(tenantRateHeld, prometheus.CounterValue, float64(t.RateHeld), t.Name)
 }
 
 var qpInfo = prometheus.NewDesc("ibex_qp_info", "A QP of a process on the device, labelled with its state; always 1.", []string{"device", "qpn", "pid", "state"}, nil)

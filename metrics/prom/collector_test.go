@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ibex-rdma/ibex/internal/ibexdwire"
 	"github.com/ibex-rdma/ibex/metrics"
 )
 
@@ -212,4 +213,39 @@ func scrape(t *testing.T, h http.Handler) string {
 		t.Fatalf("GET /metrics: %d %s", w.Code, w.Body)
 	}
 	return w.Body.String()
+}
+
+// TestCollectorTenants: a daemon's tenants, from its status through
+// metrics.FromStatus: what each holds, its quotas (those set only) and
+// its rate's held passes, labelled by tenant; a tenant listed twice is
+// sent once.
+func TestCollectorTenants(t *testing.T) {
+	st := ibexdwire.Status{Tenants: []ibexdwire.TenantStatus{
+		{Name: "blue", Clients: 2, QPs: 5, CQs: 2, MRs: 3, MRBytes: 98304, MaxQPs: 5, MaxMemory: 98304, Rate: 1 << 20, Burst: 65536, Held: 7},
+		{Name: "green", Clients: 1, QPs: 1},
+		{Name: "green", Clients: 9},
+	}}
+	got := scrape(t, Handler(func() (metrics.Snapshot, error) { return metrics.FromStatus(st), nil }))
+	for _, line := range []string{
+		`ibex_tenant_processes{tenant="blue"} 2`,
+		`ibex_tenant_qps{tenant="blue"} 5`,
+		`ibex_tenant_cqs{tenant="blue"} 2`,
+		`ibex_tenant_mrs{tenant="blue"} 3`,
+		`ibex_tenant_mr_bytes{tenant="blue"} 98304`,
+		`ibex_tenant_quota{quota="max_qps",tenant="blue"} 5`,
+		`ibex_tenant_quota{quota="max_memory",tenant="blue"} 98304`,
+		`ibex_tenant_quota{quota="rate",tenant="blue"} 1.048576e+06`,
+		`ibex_tenant_rate_held_total{tenant="blue"} 7`,
+		`ibex_tenant_processes{tenant="green"} 1`,
+		`ibex_tenant_qps{tenant="green"} 1`,
+	} {
+		if !strings.Contains(got, "\n"+line+"\n") {
+			t.Errorf("no line %q in\n%s", line, got)
+		}
+	}
+	for _, absent := range []string{`quota="max_cqs",tenant="blue"`, `quota="max_qps",tenant="green"`} {
+		if strings.Contains(got, absent) {
+			t.Errorf("a quota that is not set is sent: %s", absent)
+		}
+	}
 }

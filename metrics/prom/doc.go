@@ -35,7 +35,9 @@
 // the port's other counters (metrics.Port.Extra) as
 // ibex_port_<name>_total{device,port}, each QP's counters as
 // ibex_qp_<name>_total{device,qpn,pid} (ibex_qp_retransmits_total, ...),
-// and each QP's state as ibex_qp_info{device,qpn,pid,state} = 1. ibex_up is
+// and each QP's state as ibex_qp_info{device,qpn,pid,state} = 1; a
+// daemon's tenants as ibex_tenant_{processes,qps,cqs,mrs,mr_bytes}{tenant},
+// ibex_tenant_quota{tenant,quota} and ibex_tenant_rate_held_total{tenant}. ibex_up is
 // 1 when the snapshot could be taken (0: a daemon that does not answer,
 // say). node_exporter's state_id, physical_state_id, rate_bytes_per_second,
 // info and legacy_* are not exported: a snapshot holds counters only, and
