@@ -19,6 +19,7 @@ type guess struct {
 	rkey uint32
 	va   uint64
 	why  string
+	read bool // an RDMA READ of 8 bytes instead of a WRITE
 }
 
 // rkeyPD: the server's client QP is in one PD, the secret MR in another.
@@ -82,27 +83,27 @@ func (s *Suite) rkeyGuess(v *proc, writer, server netip.Addr, own []uint32, useS
 	case ok && w.Decoded:
 		secretVA = w.Packet.RETH.VA + slotLen // outside the writer's slot
 		if useSniffed {
-			guesses = append(guesses, guess{w.Packet.RETH.RKey, secretVA, "sniffed"})
+			guesses = append(guesses, guess{w.Packet.RETH.RKey, secretVA, "sniffed", false}, guess{w.Packet.RETH.RKey, secretVA, "sniffed (READ)", true})
 			for d := uint32(1); d <= 8; d++ {
-				guesses = append(guesses, guess{w.Packet.RETH.RKey + d, secretVA, "sniffed+"}, guess{w.Packet.RETH.RKey - d, secretVA, "sniffed-"})
+				guesses = append(guesses, guess{w.Packet.RETH.RKey + d, secretVA, "sniffed+", false}, guess{w.Packet.RETH.RKey - d, secretVA, "sniffed-", false})
 			}
 		}
 	case ok:
 		// Secured: the RETH cannot be read.
 	}
 	for _, k := range own {
-		guesses = append(guesses, guess{k, secretVA, "own"}, guess{k + 1, secretVA, "own+1"}, guess{k - 1, secretVA, "own-1"})
+		guesses = append(guesses, guess{k, secretVA, "own", false}, guess{k + 1, secretVA, "own+1", false}, guess{k - 1, secretVA, "own-1", false})
 	}
 	for d := uint32(1); d <= 16; d++ {
-		guesses = append(guesses, guess{grant.RKey + d, secretVA, "grant+"}, guess{grant.RKey - d, secretVA, "grant-"})
+		guesses = append(guesses, guess{grant.RKey + d, secretVA, "grant+", false}, guess{grant.RKey - d, secretVA, "grant-", false})
 	}
 	if !useSniffed {
 		for b := uint32(1); b < 256; b++ {
-			guesses = append(guesses, guess{grant.RKey&^0xff | (grant.RKey+b)&0xff, secretVA, "grant low byte"})
+			guesses = append(guesses, guess{grant.RKey&^0xff | (grant.RKey+b)&0xff, secretVA, "grant low byte", false})
 		}
 	}
-	for range 32 {
-		guesses = append(guesses, guess{s.rng.Uint32(), secretVA, "random"})
+	for range 16 {
+		guesses = append(guesses, guess{s.rng.Uint32(), secretVA, "random", false}, guess{s.rng.Uint32(), secretVA, "random (READ)", true})
 	}
 	acked, answered := 0, 0
 	hit := ""
@@ -139,8 +140,9 @@ func (s *Suite) rkeyGuess(v *proc, writer, server netip.Addr, own []uint32, useS
 }
 
 // tryWrite connects a fresh client QP of the server to a QP the attacker
-// plays with its UDP socket and sends one WRITE Only with g. acked: the
-// server acknowledged it; answered: it answered at all.
+// plays with its UDP socket and sends one WRITE Only (or READ) with g.
+// acked: the server acknowledged it (or sent the data); answered: it
+// answered at all.
 func (s *Suite) tryWrite(v *proc, server netip.Addr, g guess) (acked, answered bool, err error) {
 	qpn, psn := s.rng.Uint32()&0xffffff|1, s.rng.Uint32()&0xffffff
 	st, err := v.ask(command{Cmd: "connect", QPN: qpn, PSN: psn, Addr: AddrAttacker.String()})
@@ -150,6 +152,9 @@ func (s *Suite) tryWrite(v *proc, server netip.Addr, g guess) (acked, answered b
 	dst := netip.AddrPortFrom(server, wire.UDPPort)
 	p := wire.Packet{BTH: wire.BTH{Opcode: ib.RCWriteOnly, PKey: 0xffff, DestQP: st.QPN, AckReq: true, PSN: psn},
 		RETH: wire.RETH{VA: g.va, RKey: g.rkey, DMALen: 8}, Payload: []byte("ibexatk!")}
+	if g.read {
+		p.BTH.Opcode, p.Payload = ib.RCReadRequest, nil
+	}
 	// The server's QP may take its first packet a moment after connect
 	// returns: resend, as a requester would after its timeout.
 	for range 5 {
@@ -164,10 +169,15 @@ func (s *Suite) tryWrite(v *proc, server netip.Addr, g guess) (acked, answered b
 			if errors.As(err, &ne) && ne.Timeout() {
 				break
 			}
-			if err != nil || r.BTH.DestQP != qpn || r.BTH.Opcode != ib.RCAck {
+			if err != nil || r.BTH.DestQP != qpn || r.BTH.PSN != psn {
 				continue
 			}
-			return r.AETH.Syndrome.IsACK() && r.BTH.PSN == psn, true, nil
+			switch r.BTH.Opcode {
+			case ib.RCAck:
+				return r.AETH.Syndrome.IsACK(), true, nil
+			case ib.RCReadResponseOnly:
+				return true, true, nil
+			}
 		}
 	}
 	return false, false, nil

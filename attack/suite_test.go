@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/ibex-rdma/ibex/attack"
 )
 
@@ -33,6 +35,12 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if dir != "" {
 		_ = os.RemoveAll(dir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
