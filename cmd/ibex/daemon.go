@@ -63,7 +63,16 @@ func newDaemonCmd() *cobra.Command {
 				return err
 			}
 			if opt.Check {
-				fmt.Fprintf(cmd.OutOrStdout(), "config ok: socket %s, %d devices, cores %v\n", cfg.Socket, len(cfg.Devices), cfg.Cores)
+				tenants := "one tenant (none configured)"
+				if len(cfg.Tenants) > 0 {
+					tenants = fmt.Sprintf("%d tenants", len(cfg.Tenants))
+					if cfg.DefaultTenant == "" {
+						tenants += ", processes no tenant matches refused"
+					} else {
+						tenants += ", default " + cfg.DefaultTenant
+					}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "config ok: socket %s, %d devices, cores %v, %s\n", cfg.Socket, len(cfg.Devices), cfg.Cores, tenants)
 				return nil
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
