@@ -100,7 +100,10 @@ var table = []caseDef{
 		Plain:   Succeeded, Enc: Succeeded, run: (*Suite).exhaustClients},
 	{Name: "tenant-memory", Ref: "V9/A3",
 		Success: "a process of another tenant on the same daemon connects a QP to the victim's QP (sniffed QPN and PSN) and WRITEs its memory with the sniffed rkey",
-		Plain:   Blocked, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.tenantMemory(gidRed) }},
+		Plain:   Blocked, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.tenantMemory(gidRed, false) }},
+	{Name: "tenant-remote", Ref: "V8-V9/A3",
+		Success: "the same when the victim's responder is on another host: the red process's daemon QP connects to it and WRITEs with the sniffed rkey, from the address the victim's requester uses",
+		Plain:   Succeeded, Enc: Blocked, run: func(s *Suite) (Outcome, string) { return s.tenantMemory(gidRed, true) }},
 }
 
 // controls: the attacks of the table against a target without the defence
@@ -129,7 +132,7 @@ var controls = []caseDef{
 		Plain:   Succeeded, Enc: Succeeded, run: exhaust("qp", gidRed)},
 	{Name: "control-tenant", Ref: "tenant-memory",
 		Success: "a process of the victim's own tenant reaches its memory that way",
-		Plain:   Succeeded, Enc: Succeeded, run: func(s *Suite) (Outcome, string) { return s.tenantMemory(gidGreen) }},
+		Plain:   Succeeded, Enc: Succeeded, run: func(s *Suite) (Outcome, string) { return s.tenantMemory(gidGreen, false) }},
 }
 
 // Controls lists the controls' names.

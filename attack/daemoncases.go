@@ -100,18 +100,24 @@ func (s *Suite) rkeyTenant() (Outcome, string) {
 // sniffs its WRITEs, and a process of its own on the same daemon connects a
 // QP to the victim's responder and WRITEs with the sniffed rkey and address
 // at the PSN it expects: the daemon sends it from the victim's own address.
-func (s *Suite) tenantMemory(intruderGID uint32) (Outcome, string) {
+func (s *Suite) tenantMemory(intruderGID uint32, remote bool) (Outcome, string) {
 	d, err := s.startDaemon()
 	if err != nil {
 		return failed("daemon", err)
 	}
 	defer d.stop()
-	v, err := s.startAs(gidGreen, s.daemonEnv(), "--mode", "pair", "--device", daemonDev)
+	args := []string{"--mode", "pair", "--device", daemonDev}
+	dst := AddrDaemon
+	if remote {
+		args = append(args, "--b-local", "--b", AddrB.String())
+		dst = AddrB
+	}
+	v, err := s.startAs(gidGreen, s.daemonEnv(), args...)
 	if err != nil {
 		return failed("victim", err)
 	}
 	defer v.stop()
-	same := from(AddrDaemon, AddrDaemon)
+	same := from(AddrDaemon, dst)
 	if _, _, ok := s.sn.Wait(v.mark, 3*time.Second, func(x *Seen) bool { return same(x) && isWrite(x) }); !ok {
 		return Blocked, "no WRITE seen from the victim"
 	}
@@ -123,12 +129,23 @@ func (s *Suite) tenantMemory(intruderGID uint32) (Outcome, string) {
 	if !ok || !isWrite(&w) {
 		return Blocked, "the victim's last request is not a WRITE"
 	}
+	rkey, va := w.Packet.RETH.RKey, w.Packet.RETH.VA
+	var spi uint32
 	if !w.Decoded {
-		return Blocked, fmt.Sprintf("sniffed WRITE not readable (secured: %v): no rkey or address learnt", secured(&w))
+		if !remote {
+			return Blocked, fmt.Sprintf("sniffed WRITE not readable (secured: %v): no rkey or address learnt", secured(&w))
+		}
+		// Sealed: the SPI is in the clear; the rkey and address are not.
+		// Go on with the SPI, as an attacker who learnt the rest elsewhere.
+		spi = spiOf(&w)
 	}
-	in, err := s.startAs(intruderGID, s.daemonEnv(), "--mode", "intruder", "--device", daemonDev,
+	iargs := []string{"--mode", "intruder", "--device", daemonDev,
 		"--qpn", fmt.Sprint(w.BTH.DestQP), "--psn", fmt.Sprint(ib.PSNAdd(w.BTH.PSN, 1)),
-		"--rkey", fmt.Sprint(w.Packet.RETH.RKey), "--va", fmt.Sprint(w.Packet.RETH.VA))
+		"--rkey", fmt.Sprint(rkey), "--va", fmt.Sprint(va), "--spi", fmt.Sprint(spi)}
+	if remote {
+		iargs = append(iargs, "--peer", AddrB.String())
+	}
+	in, err := s.startAs(intruderGID, s.daemonEnv(), iargs...)
 	if err != nil {
 		return failed("intruder", err)
 	}
@@ -150,6 +167,9 @@ func (s *Suite) tenantMemory(intruderGID uint32) (Outcome, string) {
 	}
 	if ist.Hole == "SUCCESS" {
 		o = Succeeded
+	}
+	if spi != 0 {
+		got += fmt.Sprintf(" (sealed: announced the sniffed SPI %#x; the rkey and address were unreadable)", spi)
 	}
 	return o, fmt.Sprintf("intruder: %s; %s", got, dmg)
 }
@@ -309,4 +329,12 @@ func (s *Suite) partition(text string) (Outcome, string) {
 		return Succeeded, d
 	}
 	return Blocked, d
+}
+
+// spiOf is the SPI of a sealed packet: bytes 12-15 of the IB packet,
+// after the BTH (package psp's layout).
+func spiOf(x *Seen) uint32 {
+	ihl := int(x.IP[0]&0xf) * 4
+	b := x.IP[ihl+8+12:]
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }

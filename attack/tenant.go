@@ -3,6 +3,7 @@ package attack
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -257,7 +258,7 @@ func (k *keys) close() {}
 // daemon. Its status tells how far it got.
 type intruder struct{ st Status }
 
-func newIntruder(dev string, c command, rkey uint32, va uint64) *intruder {
+func newIntruder(dev string, c command, rkey uint32, va uint64, spi uint32) *intruder {
 	in := &intruder{}
 	step := func(what string, err error) bool {
 		if err != nil {
@@ -278,7 +279,14 @@ func newIntruder(dev string, c command, rkey uint32, va uint64) *intruder {
 		e.mr.Bytes()[i] = 0xe7
 	}
 	gid := e.qp.Info().GID // the daemon's device: the victim's too
-	err = e.qp.Connect(verbs.ConnInfo{QPN: c.QPN, PSN: 0, GID: gid, MTU: e.qp.Info().MTU},
+	if c.Addr != "" {
+		ap, err := netip.ParseAddr(c.Addr)
+		if !step("peer", err) {
+			return in
+		}
+		gid = verbs.GID(ap.As16())
+	}
+	err = e.qp.Connect(verbs.ConnInfo{QPN: c.QPN, PSN: 0, GID: gid, MTU: e.qp.Info().MTU, SPI: spi},
 		verbs.ConnectOptions{Set: verbs.AttrSQPSN, Attr: verbs.QPAttr{SQPSN: c.PSN}})
 	if !step("connect", err) {
 		return in

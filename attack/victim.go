@@ -87,6 +87,9 @@ func VictimMain(args []string, in io.Reader, out io.Writer) error {
 	dev := fs.String("device", "", "use this device (e.g. ibexd/udp0) instead of udp devices of this process")
 	pd := fs.String("pd", "separate", "server: the client QP's PD and the secret MR's: same or separate")
 	pkeyIndex := fs.Uint("pkey-index", 0, "pair: the QPs' pkey_index")
+	bLocal := fs.Bool("b-local", false, "pair: B on a udp device of this process at --b even with --device (a peer on another host)")
+	peer := fs.String("peer", "", "intruder: the victim QP's address (default: the daemon's own)")
+	spi := fs.Uint("spi", 0, "intruder: the SPI to announce for the victim QP (sniffed)")
 	config := fs.String("config", "", "daemon: ibexd's configuration file")
 	attachOnly := fs.Bool("attach-only", false, "hog: only attach")
 	qpn := fs.Uint("qpn", 0, "intruder: the victim QP")
@@ -101,7 +104,7 @@ func VictimMain(args []string, in io.Reader, out io.Writer) error {
 	useAlloc = *dev != ""
 	switch *mode {
 	case "pair":
-		v, err = newPair(*dev, *a, *b, uint16(*pkeyIndex))
+		v, err = newPair(*dev, *a, *b, uint16(*pkeyIndex), *bLocal)
 	case "server":
 		v, err = newServer(*dev, *a, *b, *pd == "same")
 	case "daemon":
@@ -113,7 +116,7 @@ func VictimMain(args []string, in io.Reader, out io.Writer) error {
 	case "keys":
 		v, err = newKeys(*dev)
 	case "intruder":
-		v = newIntruder(*dev, command{QPN: uint32(*qpn), PSN: uint32(*psn)}, uint32(*rkey), *va)
+		v = newIntruder(*dev, command{QPN: uint32(*qpn), PSN: uint32(*psn), Addr: *peer}, uint32(*rkey), *va, uint32(*spi))
 	default:
 		err = fmt.Errorf("victim: mode %q: want pair or server", *mode)
 	}
@@ -255,12 +258,15 @@ type pair struct {
 	snap   []byte // and what it held then
 }
 
-func newPair(dev, a, b string, pkeyIndex uint16) (*pair, error) {
+func newPair(dev, a, b string, pkeyIndex uint16, bLocal bool) (*pair, error) {
 	ca, err := open(dev, "atvica", a)
 	if err != nil {
 		return nil, err
 	}
 	cb := ca
+	if bLocal {
+		dev = ""
+	}
 	if dev == "" {
 		if cb, err = open(dev, "atvicb", b); err != nil {
 			return nil, err
