@@ -220,10 +220,10 @@ func (d *Daemon) add(c *client) error {
 	if len(d.clients) >= d.cfg.Limits.MaxClients {
 		return fmt.Errorf("limits.max_clients: %d processes already attached: %w", len(d.clients), verbs.ErrLimit)
 	}
+	if err := c.tenant.attach(); err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
 	d.clients[c] = struct{}{}
-	c.tenant.mu.Lock()
-	c.tenant.clients++
-	c.tenant.mu.Unlock()
 	return nil
 }
 

@@ -171,7 +171,7 @@ var ErrRefused = errors.New("refused by the tenant policy")
 // It wraps verbs.ErrLimit, which the process's verbs error wraps too.
 type QuotaError struct {
 	Tenant string
-	Quota  string // max_qps, max_cqs, max_mrs, max_memory
+	Quota  string // max_clients, max_qps, max_cqs, max_mrs, max_memory
 	Limit  uint64
 	Held   uint64 // what the tenant's processes hold
 	Asked  uint64 // what the call wanted on top of it
@@ -203,12 +203,13 @@ var quotaNames = [nResources]string{"max_qps", "max_cqs", "max_mrs", "max_memory
 // hold now, summed. mu guards held and clients (a leaf lock: taken under
 // a client's mu, never the other way).
 type tenant struct {
-	name    string
-	limit   [nResources]uint64 // 0: none
-	pkeys   []uint16           // allowed P_Keys (names resolved: full membership)
-	parts   []string           // the partitions as the config gives them
-	anyPart bool               // no partitions configured: any
-	bucket  *bucket            // nil: no rate
+	name       string
+	limit      [nResources]uint64 // 0: none
+	pkeys      []uint16           // allowed P_Keys (names resolved: full membership)
+	parts      []string           // the partitions as the config gives them
+	anyPart    bool               // no partitions configured: any
+	bucket     *bucket            // nil: no rate
+	maxClients int                // 0: none
 
 	mu      sync.Mutex
 	held    [nResources]uint64
@@ -221,6 +222,7 @@ func newTenant(cfg *Config, tc *TenantConfig) *tenant {
 	t := &tenant{name: tc.Name, anyPart: len(tc.Partitions) == 0, parts: tc.Partitions}
 	q := &tc.Quotas
 	t.limit = [nResources]uint64{uint64(q.MaxQPs), uint64(q.MaxCQs), uint64(q.MaxMRs), sizeOf(q.MaxMemory)}
+	t.maxClients = q.MaxClients
 	for _, p := range tc.Partitions {
 		if k, _ := parsePartition(p); k > 0 {
 			t.pkeys = append(t.pkeys, uint16(k))
@@ -264,6 +266,18 @@ func (t *tenant) take(r resource, n uint64) error {
 	return nil
 }
 
+// attach counts one more process of the tenant, or says it has its
+// max_clients already.
+func (t *tenant) attach() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.maxClients > 0 && t.clients >= t.maxClients {
+		return &QuotaError{Tenant: t.name, Quota: "max_clients", Limit: uint64(t.maxClients), Held: uint64(t.clients), Asked: 1}
+	}
+	t.clients++
+	return nil
+}
+
 // add is take without the quota (objects an upgrade brings back).
 func (t *tenant) add(r resource, n uint64) {
 	t.mu.Lock()
@@ -300,7 +314,7 @@ func (t *tenant) status() ibexdwire.TenantStatus {
 	defer t.mu.Unlock()
 	ts := ibexdwire.TenantStatus{Name: t.name, Clients: t.clients,
 		QPs: t.held[resQP], CQs: t.held[resCQ], MRs: t.held[resMR], MRBytes: t.held[resMemory],
-		MaxQPs: t.limit[resQP], MaxCQs: t.limit[resCQ], MaxMRs: t.limit[resMR], MaxMemory: t.limit[resMemory]}
+		MaxClients: uint64(t.maxClients), MaxQPs: t.limit[resQP], MaxCQs: t.limit[resCQ], MaxMRs: t.limit[resMR], MaxMemory: t.limit[resMemory]}
 	if t.bucket != nil {
 		ts.Rate, ts.Burst, ts.Held = t.bucket.rate, t.bucket.burst, t.bucket.heldCount()
 	}

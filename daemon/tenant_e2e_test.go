@@ -272,7 +272,7 @@ partitions: %s
 tenants:
   - name: blue
     match: {uids: [%d]}
-    quotas: {max_qps: 5, max_mrs: 4, max_memory: 96K}
+    quotas: {max_clients: 2, max_qps: 5, max_mrs: 4, max_memory: 96K}
   - name: green
     match: {uids: [%d]}
     partitions: ["0x8002"]
@@ -291,6 +291,12 @@ tenants:
 	if line != "ok" {
 		t.Fatalf("second blue process: %q", line)
 	}
+	// A third blue process passes blue's max_clients.
+	blue3, line := startTenant(t, bin, uidBlue, uidBlue)
+	if !strings.HasPrefix(line, "open ") || !strings.Contains(line, `tenant "blue": quota max_clients 2 reached`) {
+		t.Errorf("a third blue process: %q, want it refused for blue's max_clients", line)
+	}
+	blue3.close(t)
 	green, line := startTenant(t, bin, uidGreen, uidGreen)
 	if line != "ok" {
 		t.Fatalf("green process: %q", line)
@@ -351,7 +357,7 @@ tenants:
 	for _, ts := range st.Tenants {
 		tenants[ts.Name] = ts
 	}
-	if b := tenants["blue"]; b.Clients != 2 || b.QPs != 5 || b.MaxQPs != 5 || b.MRs != 3 || b.MRBytes != 96<<10 || b.MaxMemory != 96<<10 {
+	if b := tenants["blue"]; b.Clients != 2 || b.MaxClients != 2 || b.QPs != 5 || b.MaxQPs != 5 || b.MRs != 3 || b.MRBytes != 96<<10 || b.MaxMemory != 96<<10 {
 		t.Errorf("status of blue: %+v", b)
 	}
 	// Blue's first process leaves: what it held is blue's again.

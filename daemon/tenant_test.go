@@ -55,6 +55,7 @@ func TestTenantConfig(t *testing.T) {
 		{"pkey big", "tenants:\n  - name: a\n    match: {uids: [1]}\n    partitions: [\"0x18001\"]\n", []string{"tenants[0].partitions[0]", "not a P_Key"}},
 		{"partition name", "tenants:\n  - name: a\n    match: {uids: [1]}\n    partitions: [\"a b\"]\n", []string{"tenants[0].partitions[0]", "neither a P_Key nor a partition name"}},
 		{"quota", "tenants:\n  - name: a\n    match: {uids: [1]}\n    quotas: {max_qps: -1}\n", []string{"tenants[0].quotas.max_qps", "negative"}},
+		{"clients", "tenants:\n  - name: a\n    match: {uids: [1]}\n    quotas: {max_clients: -2}\n", []string{"tenants[0].quotas.max_clients", "negative"}},
 		{"memory", "tenants:\n  - name: a\n    match: {uids: [1]}\n    quotas: {max_memory: lots}\n", []string{"tenants[0].quotas.max_memory", `"lots"`}},
 		{"burst alone", "tenants:\n  - name: a\n    match: {uids: [1]}\n    quotas: {burst: 1M}\n", []string{"tenants[0].quotas.burst", "without a rate"}},
 		{"unknown field", "tenants:\n  - name: a\n    match: {uid: [1]}\n", []string{"uid", "line 3"}},
@@ -141,6 +142,13 @@ func TestTenantQuota(t *testing.T) {
 	err = tn.take(resMemory, 100)
 	if !errors.Is(err, verbs.ErrLimit) || !strings.Contains(err.Error(), `tenant "blue": quota max_memory 4096 bytes reached (4000 registered, 100 more asked)`) {
 		t.Errorf("memory: %v", err)
+	}
+	tn.maxClients = 1
+	if err := tn.attach(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.attach(); !errors.Is(err, verbs.ErrLimit) || err.Error() != `tenant "blue": quota max_clients 1 reached` {
+		t.Errorf("second process: %v", err)
 	}
 	if err := tn.take(resCQ, 1<<20); err != nil {
 		t.Errorf("no CQ quota, yet: %v", err)

@@ -38,10 +38,11 @@ type TenantMatch struct {
 // beside Limits, which bound each process). 0 or absent: no tenant-wide
 // bound.
 type Quotas struct {
-	MaxQPs    int    `yaml:"max_qps"`    // QPs of all its processes
-	MaxCQs    int    `yaml:"max_cqs"`    // CQs of all its processes
-	MaxMRs    int    `yaml:"max_mrs"`    // MRs of all its processes
-	MaxMemory string `yaml:"max_memory"` // bytes registered by all its processes, K/M/G/T suffix
+	MaxClients int    `yaml:"max_clients"` // its processes attached at once (beside limits.max_clients, the daemon's)
+	MaxQPs     int    `yaml:"max_qps"`     // QPs of all its processes
+	MaxCQs     int    `yaml:"max_cqs"`     // CQs of all its processes
+	MaxMRs     int    `yaml:"max_mrs"`     // MRs of all its processes
+	MaxMemory  string `yaml:"max_memory"`  // bytes registered by all its processes, K/M/G/T suffix
 	// Rate caps the bytes per second its processes' send WQEs may move
 	// (the payload of each, at least 64 bytes per WQE), a token bucket the
 	// engines take the tenant's send WQEs through: K/M/G/T suffix.
@@ -118,6 +119,7 @@ func (c *Config) validateTenants(v *validator) {
 			}
 		}
 		q := &t.Quotas
+		v.quota(at+"quotas.max_clients", q.MaxClients)
 		v.quota(at+"quotas.max_qps", q.MaxQPs)
 		v.quota(at+"quotas.max_cqs", q.MaxCQs)
 		v.quota(at+"quotas.max_mrs", q.MaxMRs)

@@ -49,7 +49,7 @@ type Snapshot struct {
 }
 
 // Tenant is one tenant of a daemon: what its processes hold together
-// (qps, cqs, mrs, mr_bytes), the quotas it has (max_qps, max_cqs, max_mrs,
+// (qps, cqs, mrs, mr_bytes), the quotas it has (max_clients, max_qps, max_cqs, max_mrs,
 // max_memory in bytes, rate in bytes per second; those not set are left
 // out), and how many engine passes held its send WQEs back for its rate.
 type Tenant struct {
@@ -180,7 +180,7 @@ func FromStatus(st ibexdwire.Status) Snapshot {
 	for _, t := range st.Tenants {
 		mt := Tenant{Name: t.Name, Processes: t.Clients, RateHeld: t.Held, Held: []Counter{
 			{"qps", t.QPs}, {"cqs", t.CQs}, {"mrs", t.MRs}, {"mr_bytes", t.MRBytes}}}
-		for _, q := range []Counter{{"max_qps", t.MaxQPs}, {"max_cqs", t.MaxCQs}, {"max_mrs", t.MaxMRs},
+		for _, q := range []Counter{{"max_clients", t.MaxClients}, {"max_qps", t.MaxQPs}, {"max_cqs", t.MaxCQs}, {"max_mrs", t.MaxMRs},
 			{"max_memory", t.MaxMemory}, {"rate", t.Rate}} {
 			if q.Value > 0 {
 				mt.Quotas = append(mt.Quotas, q)

@@ -212,7 +212,7 @@ func writeDaemonStatus(w io.Writer, st *ibexdwire.Status) {
 			if t.Rate > 0 {
 				rate = fmt.Sprintf("%d B/s (burst %d)", t.Rate, t.Burst)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", t.Name, t.Clients, of(t.QPs, t.MaxQPs), of(t.CQs, t.MaxCQs),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", t.Name, of(uint64(t.Clients), t.MaxClients), of(t.QPs, t.MaxQPs), of(t.CQs, t.MaxCQs),
 				of(t.MRs, t.MaxMRs), of(t.MRBytes, t.MaxMemory), rate, t.Held)
 		}
 		tw.Flush()

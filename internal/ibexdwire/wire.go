@@ -147,19 +147,20 @@ type Status struct {
 // TenantStatus is one tenant of the daemon: what its processes hold
 // together and its quotas (0: none).
 type TenantStatus struct {
-	Name      string `json:"name"`
-	Clients   int    `json:"clients"`
-	QPs       uint64 `json:"qps"`
-	CQs       uint64 `json:"cqs"`
-	MRs       uint64 `json:"mrs"`
-	MRBytes   uint64 `json:"mr_bytes"`
-	MaxQPs    uint64 `json:"max_qps,omitempty"`
-	MaxCQs    uint64 `json:"max_cqs,omitempty"`
-	MaxMRs    uint64 `json:"max_mrs,omitempty"`
-	MaxMemory uint64 `json:"max_memory,omitempty"`
-	Rate      uint64 `json:"rate,omitempty"`  // bytes per second its send WQEs may move
-	Burst     uint64 `json:"burst,omitempty"` // the rate's token bucket depth, bytes
-	Held      uint64 `json:"held,omitempty"`  // engine passes that held its send WQEs back for the rate
+	Name       string `json:"name"`
+	Clients    int    `json:"clients"`
+	QPs        uint64 `json:"qps"`
+	CQs        uint64 `json:"cqs"`
+	MRs        uint64 `json:"mrs"`
+	MRBytes    uint64 `json:"mr_bytes"`
+	MaxClients uint64 `json:"max_clients,omitempty"`
+	MaxQPs     uint64 `json:"max_qps,omitempty"`
+	MaxCQs     uint64 `json:"max_cqs,omitempty"`
+	MaxMRs     uint64 `json:"max_mrs,omitempty"`
+	MaxMemory  uint64 `json:"max_memory,omitempty"`
+	Rate       uint64 `json:"rate,omitempty"`  // bytes per second its send WQEs may move
+	Burst      uint64 `json:"burst,omitempty"` // the rate's token bucket depth, bytes
+	Held       uint64 `json:"held,omitempty"`  // engine passes that held its send WQEs back for the rate
 }
 
 // DeviceStatus is one device the daemon owns.

@@ -136,7 +136,7 @@ var (
 		"mrs":      prometheus.NewDesc("ibex_tenant_mrs", "MRs the tenant's processes hold, summed.", []string{"tenant"}, nil),
 		"mr_bytes": prometheus.NewDesc("ibex_tenant_mr_bytes", "Bytes the tenant's processes registered, summed.", []string{"tenant"}, nil),
 	}
-	tenantQuota    = prometheus.NewDesc("ibex_tenant_quota", "A quota of the tenant (max_qps, max_cqs, max_mrs, max_memory in bytes, rate in bytes per second); absent: none.", []string{"tenant", "quota"}, nil)
+	tenantQuota    = prometheus.NewDesc("ibex_tenant_quota", "A quota of the tenant (max_clients, max_qps, max_cqs, max_mrs, max_memory in bytes, rate in bytes per second); absent: none.", []string{"tenant", "quota"}, nil)
 	tenantRateHeld = prometheus.NewDesc("ibex_tenant_rate_held_total", "Engine passes that held the tenant's send WQEs back in their rings for its rate.", []string{"tenant"}, nil)
 )
 

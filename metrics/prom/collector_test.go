@@ -221,7 +221,7 @@ func scrape(t *testing.T, h http.Handler) string {
 // sent once.
 func TestCollectorTenants(t *testing.T) {
 	st := ibexdwire.Status{Tenants: []ibexdwire.TenantStatus{
-		{Name: "blue", Clients: 2, QPs: 5, CQs: 2, MRs: 3, MRBytes: 98304, MaxQPs: 5, MaxMemory: 98304, Rate: 1 << 20, Burst: 65536, Held: 7},
+		{Name: "blue", Clients: 2, MaxClients: 4, QPs: 5, CQs: 2, MRs: 3, MRBytes: 98304, MaxQPs: 5, MaxMemory: 98304, Rate: 1 << 20, Burst: 65536, Held: 7},
 		{Name: "green", Clients: 1, QPs: 1},
 		{Name: "green", Clients: 9},
 	}}
@@ -232,6 +232,7 @@ func TestCollectorTenants(t *testing.T) {
 		`ibex_tenant_cqs{tenant="blue"} 2`,
 		`ibex_tenant_mrs{tenant="blue"} 3`,
 		`ibex_tenant_mr_bytes{tenant="blue"} 98304`,
+		`ibex_tenant_quota{quota="max_clients",tenant="blue"} 4`,
 		`ibex_tenant_quota{quota="max_qps",tenant="blue"} 5`,
 		`ibex_tenant_quota{quota="max_memory",tenant="blue"} 98304`,
 		`ibex_tenant_quota{quota="rate",tenant="blue"} 1.048576e+06`,
