@@ -104,6 +104,7 @@ type handoverQP struct {
 	FD, RQOff      int
 	RC             *rc.State
 	Recvs          []verbs.RecvWR
+	PSP            *udp.PSPState `json:",omitempty"` // an encrypted QP's SAs
 }
 
 // handOver runs in the goroutine of the new daemon's connection.
@@ -172,6 +173,7 @@ func (d *Daemon) handOver(conn *net.UnixConn) error {
 	}
 	// 3. Freeze the devices.
 	rcs := map[string]map[uint32]rc.State{}
+	psps := map[string]map[uint32]udp.PSPState{}
 	for _, dc := range d.cfg.Devices {
 		st, err := udp.Freeze(dc.Name)
 		if err != nil {
@@ -180,6 +182,7 @@ func (d *Daemon) handOver(conn *net.UnixConn) error {
 			fmt.Fprintf(os.Stderr, "ibexd: handover: %v\n", err)
 		}
 		rcs[dc.Name] = st
+		psps[dc.Name] = udp.FrozenPSP(dc.Name)
 	}
 	// 4. The last completions, then the state and the descriptors.
 	var fds []int
@@ -232,6 +235,9 @@ func (d *Daemon) handOver(conn *net.UnixConn) error {
 				FD: fd(q.seg.FD), RQOff: q.rqOff, Recvs: q.posted.list()}
 			if st, ok := rcs[c.device][n]; ok {
 				hq.RC = &st
+			}
+			if st, ok := psps[c.device][n]; ok {
+				hq.PSP = &st
 			}
 			hc.QPs = append(hc.QPs, hq)
 		}
@@ -653,6 +659,13 @@ func (c *client) restoreQP(hq *handoverQP, take func(int) (int, error)) error {
 	if err != nil {
 		seg.Close()
 		return err
+	}
+	if hq.PSP != nil {
+		if err := udp.RestorePSP(qp, *hq.PSP); err != nil {
+			_ = qp.Destroy()
+			seg.Close()
+			return err
+		}
 	}
 	q, err := attachQPEntry(qp, scq, rcq, seg, hq.RQOff)
 	if err != nil {

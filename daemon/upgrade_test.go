@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,9 +20,25 @@ import (
 // one exits 0, the new one serves the same socket, QPs, keys and memory,
 // and the process sees no error, no lost and no repeated completion. The
 // longest gap between two completions (the blackout) is logged.
-func TestUpgrade(t *testing.T) {
-	d := startDaemon(t, "127.0.0.48")
+func TestUpgrade(t *testing.T) { testUpgrade(t, startDaemon(t, "127.0.0.48"), "127.0.0.48", false) }
+
+// TestUpgradePSP is TestUpgrade on a device that requires encryption: the
+// old daemon's SAs go to the new one (udp.FrozenPSP, RestorePSP), which
+// goes on sealing under them, with later IVs; nothing is lost.
+func TestUpgradePSP(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "psp.key")
+	if err := os.WriteFile(key, []byte(strings.Repeat("a7", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonConfig(t, "", "127.0.0.98", "devices:\n  - {name: udp0, address: 127.0.0.98, psp: required, psp_key: "+key+"}\n")
+	testUpgrade(t, d, "127.0.0.98", true)
+}
+
+func testUpgrade(t *testing.T, d *testDaemon, addr string, sealed bool) {
 	a, b := openEnd(t, 1<<16), openEnd(t, 1<<16)
+	if sealed != (a.qp.Info().SPI != 0) {
+		t.Fatalf("spi %#x: want encryption %v", a.qp.Info().SPI, sealed)
+	}
 	if err := a.qp.Connect(b.qp.Info(), verbs.ConnectOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +149,7 @@ func TestUpgrade(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // traffic before the upgrade
 	oldPID := d.cmd.Process.Pid
 	next := exec.Command(ibexBin, "daemon", "--takeover", "--socket", d.sock)
-	next.Env = append(os.Environ(), "IBEX_UDP_ADDR=127.0.0.48", "IBEX_DAEMON=off")
+	next.Env = append(os.Environ(), "IBEX_UDP_ADDR="+addr, "IBEX_DAEMON=off")
 	next.Stderr = os.Stderr
 	if err := next.Start(); err != nil {
 		t.Fatal(err)

@@ -78,6 +78,7 @@ func Freeze(name string) (map[uint32]rc.State, error) {
 	d.haltLoop()
 	d.own.Lock() // kept: nobody runs a pass again
 	d.commands()
+	d.freezePSP()
 	out := map[uint32]rc.State{}
 	var errs []error
 	for n, q := range d.qps {

@@ -33,7 +33,8 @@ type device struct {
 	ctrs  counters
 	psp   devicePSP // encryption's policy and keys (psp.go)
 	// pspQPs are the QPs that announce an SPI, by number (RotatePSP).
-	pspQPs sync.Map
+	pspQPs    sync.Map
+	frozenPSP map[uint32]PSPState // Freeze's record (FrozenPSP)
 
 	mu       sync.Mutex // guards cmds and ctxs
 	cmds     []cmd

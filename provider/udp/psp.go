@@ -161,11 +161,20 @@ func (q *qpDriver) setupPSP(d *device, a verbs.QPAttr) error {
 		return nil
 	}
 	local, remote := [16]byte(d.gid), [16]byte(a.AH.DGID)
-	rx, err := psp.NewReceiver(d.psp.keys, q.recvSPI, psp.Flow{SrcGID: remote, DstGID: local, SrcQPN: a.DestQPN, DstQPN: q.qp.Num()})
-	if err != nil {
-		return err
+	rf := psp.Flow{SrcGID: remote, DstGID: local, SrcQPN: a.DestQPN, DstQPN: q.qp.Num()}
+	sf := psp.Flow{SrcGID: local, DstGID: remote, SrcQPN: q.qp.Num(), DstQPN: a.DestQPN}
+	var rx *psp.Receiver
+	var tx *psp.Sender
+	var err error
+	if st := q.resume; st != nil {
+		// A QP another process froze (RestorePSP): its SAs go on.
+		q.resume = nil
+		if rx, err = psp.ResumeReceiver(d.psp.keys, st.RecvSPI, rf, st.RecvTop); err == nil {
+			tx, err = psp.ResumeSender(d.psp.keys, st.SendSPI, sf, st.SendIV)
+		}
+	} else if rx, err = psp.NewReceiver(d.psp.keys, q.recvSPI, rf); err == nil {
+		tx, err = psp.NewSender(d.psp.keys, peer, sf)
 	}
-	tx, err := psp.NewSender(d.psp.keys, peer, psp.Flow{SrcGID: local, DstGID: remote, SrcQPN: q.qp.Num(), DstQPN: a.DestQPN})
 	if err != nil {
 		return err
 	}
@@ -276,5 +285,64 @@ func RotatePSP(name string, qpn uint32) error {
 		return fmt.Errorf("udp: rotate psp: %s has no encrypting qp %#x", name, qpn)
 	}
 	v.(*qpDriver).rotate.Store(true)
+	return nil
+}
+
+// PSPState is an encrypted QP's security state, carried to another
+// process by a takeover (ibexd's upgrade): the SPI it receives under now
+// and the highest IV it accepted, the SPI it sends under now and its last
+// IV.
+type PSPState struct {
+	RecvSPI uint32 `json:"recv_spi"`
+	RecvTop uint64 `json:"recv_top"`
+	SendSPI uint32 `json:"send_spi"`
+	SendIV  uint64 `json:"send_iv"`
+}
+
+// freezePSP records the SAs of the device's encrypted QPs (Freeze).
+func (d *device) freezePSP() {
+	d.frozenPSP = map[uint32]PSPState{}
+	for n, q := range d.qps {
+		if q.tx == nil || q.rx == nil {
+			continue
+		}
+		var st PSPState
+		st.RecvSPI, st.RecvTop = q.rx.State()
+		st.SendSPI, st.SendIV = q.tx.State()
+		d.frozenPSP[n] = st
+	}
+}
+
+// FrozenPSP returns the security state of the encrypted QPs of device
+// name, by QP number, as Freeze left them.
+func FrozenPSP(name string) map[uint32]PSPState {
+	prov.mu.Lock()
+	d := prov.live[name]
+	prov.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	return d.frozenPSP
+}
+
+// RestorePSP makes qp, a new QP of an encrypting device not yet in RTR,
+// go on with st (FrozenPSP's, from another process): at RTR it receives
+// and sends under st's SAs instead of new ones. Call it before the move
+// to RTR.
+func RestorePSP(qp *verbs.QP, st PSPState) error {
+	prov.mu.Lock()
+	d := prov.live[qp.Context().Name()]
+	prov.mu.Unlock()
+	if d == nil {
+		return fmt.Errorf("udp: restore psp of qp %#x: device %s not open", qp.Num(), qp.Context().Name())
+	}
+	v, ok := d.pspQPs.Load(qp.Num())
+	if !ok {
+		return fmt.Errorf("udp: restore psp of qp %#x: %s does not encrypt (psp policy off)", qp.Num(), d.name)
+	}
+	q := v.(*qpDriver)
+	q.recvSPI = st.RecvSPI
+	q.peerSPI.Store(st.SendSPI)
+	q.resume = &st
 	return nil
 }

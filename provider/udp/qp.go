@@ -33,6 +33,7 @@ type qpDriver struct {
 	recvSPI uint32
 	peerSPI atomic.Uint32
 	rotate  atomic.Bool
+	resume  *PSPState // RestorePSP's, for the next RTR
 
 	// Loop-owned.
 	eng       *rc.Conn
