@@ -87,6 +87,29 @@ func (s *Suite) send(p *wire.Packet, how sender, src, dst netip.AddrPort) error 
 	return s.udp.Send(p, dst)
 }
 
+// lastRequest waits until the sniffer has seen requests of n distinct
+// PSNs that match since v started (n: the victim's Posted count, what the
+// experiment needs to know the stream is quiet, not a key) and returns the
+// latest.
+func (s *Suite) lastRequest(v *proc, n int, match func(*Seen) bool) (Seen, bool) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got, _ := s.sn.Since(v.mark)
+		psns := map[uint32]bool{}
+		var last Seen
+		for i := range got {
+			if match(&got[i]) && got[i].BTH.Opcode.Has(ib.MaskRequest) {
+				psns[got[i].BTH.PSN] = true
+				last = got[i]
+			}
+		}
+		if len(psns) >= n && len(psns) > 0 || time.Now().After(deadline) {
+			return last, len(psns) > 0
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitWrites waits until the pair victim has completed n more checked
 // WRITEs (or stopped making progress) and returns its status.
 func waitWrites(v *proc, n int) (Status, error) {
@@ -127,11 +150,11 @@ func (s *Suite) inject(how sender) (Outcome, string) {
 	if _, _, ok := s.sn.Wait(mark, 3*time.Second, func(x *Seen) bool { return from(AddrA, AddrB)(x) && isWrite(x) }); !ok {
 		return Blocked, "no WRITE seen from the victim"
 	}
-	if _, err := v.ask(command{Cmd: "pause"}); err != nil {
+	st, err := v.ask(command{Cmd: "pause"})
+	if err != nil {
 		return failed("pause", err)
 	}
-	time.Sleep(20 * time.Millisecond) // the sniffer catches up
-	w, ok := s.last(mark, from(AddrA, AddrB))
+	w, ok := s.lastRequest(v, st.Posted, from(AddrA, AddrB))
 	if !ok || !isWrite(&w) {
 		return Blocked, "the victim's last packet is not a WRITE"
 	}
@@ -147,7 +170,7 @@ func (s *Suite) inject(how sender) (Outcome, string) {
 	if _, err := v.ask(command{Cmd: "resume"}); err != nil {
 		return failed("resume", err)
 	}
-	st, err := waitWrites(v, 2*slots)
+	st, err = waitWrites(v, 2*slots)
 	if err != nil {
 		return failed("status", err)
 	}
@@ -222,18 +245,12 @@ func (s *Suite) ack(how sender, off int) (Outcome, string) {
 	if !ok {
 		return Blocked, "no ACK seen: the requester's QPN not learnt"
 	}
-	if _, err := v.ask(command{Cmd: "hole"}); err != nil {
+	hole, err := v.ask(command{Cmd: "hole"})
+	if err != nil {
 		return failed("hole", err)
 	}
-	// The hole's WRITE is the first request after the stream's last ACK.
-	time.Sleep(10 * time.Millisecond)
-	lastAck, ok := s.last(mark, func(x *Seen) bool { return from(AddrB, AddrA)(x) })
-	if !ok {
-		return Blocked, "no ACK seen"
-	}
-	w, _, ok := s.sn.Wait(mark, 3*time.Second, func(x *Seen) bool {
-		return from(AddrA, AddrB)(x) && x.BTH.Opcode.Has(ib.MaskRequest) && ib.PSNDiff(x.BTH.PSN, lastAck.BTH.PSN) > 0
-	})
+	// The hole's WRITE is the victim's last request.
+	w, ok := s.lastRequest(v, hole.Posted, from(AddrA, AddrB))
 	if !ok {
 		return Blocked, "the unanswered WRITE not seen"
 	}
@@ -319,11 +336,11 @@ func (s *Suite) dereg(cmd string) (Outcome, string) {
 	if _, _, ok := s.sn.Wait(mark, 3*time.Second, func(x *Seen) bool { return from(AddrA, AddrB)(x) && isWrite(x) }); !ok {
 		return Blocked, "no WRITE seen from the victim"
 	}
-	if _, err := v.ask(command{Cmd: cmd}); err != nil {
+	st, err := v.ask(command{Cmd: cmd})
+	if err != nil {
 		return failed(cmd, err)
 	}
-	time.Sleep(20 * time.Millisecond)
-	w, ok := s.last(mark, from(AddrA, AddrB))
+	w, ok := s.lastRequest(v, st.Posted, from(AddrA, AddrB))
 	if !ok || !isWrite(&w) {
 		return Blocked, "the victim's last packet is not a WRITE"
 	}
@@ -336,7 +353,7 @@ func (s *Suite) dereg(cmd string) (Outcome, string) {
 		return failed("forge", err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	st, err := v.ask(command{Cmd: "status"})
+	st, err = v.ask(command{Cmd: "status"})
 	if err != nil {
 		return failed("status", err)
 	}

@@ -121,11 +121,11 @@ func (s *Suite) tenantMemory(intruderGID uint32, remote bool) (Outcome, string) 
 	if _, _, ok := s.sn.Wait(v.mark, 3*time.Second, func(x *Seen) bool { return same(x) && isWrite(x) }); !ok {
 		return Blocked, "no WRITE seen from the victim"
 	}
-	if _, err := v.ask(command{Cmd: "pause"}); err != nil {
+	pst, err := v.ask(command{Cmd: "pause"})
+	if err != nil {
 		return failed("pause", err)
 	}
-	time.Sleep(20 * time.Millisecond)
-	w, ok := s.last(v.mark, func(x *Seen) bool { return same(x) && x.BTH.Opcode.Has(ib.MaskRequest) })
+	w, ok := s.lastRequest(v, pst.Posted, same)
 	if !ok || !isWrite(&w) {
 		return Blocked, "the victim's last request is not a WRITE"
 	}

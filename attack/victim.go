@@ -39,6 +39,7 @@ type Status struct {
 	Err string `json:"err,omitempty"` // the command failed
 
 	// Pair victims: the legitimate WRITE stream from A to B.
+	Posted   int    `json:"posted"`             // WRITEs posted: one request packet each
 	Writes   int    `json:"writes"`             // completed with success and checked
 	Errors   int    `json:"errors"`             // completed with an error status
 	Lost     int    `json:"lost"`               // completed with success, bytes missing at B
@@ -311,6 +312,9 @@ func (p *pair) run() {
 		default:
 		}
 		s := k % slots
+		p.mu.Lock()
+		p.st.Posted++
+		p.mu.Unlock()
 		pattern(k, p.a.mr.Bytes()[s*slotLen:(s+1)*slotLen])
 		st, err := writeWait(p.a, s*slotLen, slotLen, p.b.mr.Addr()+uint64(s*slotLen), p.b.mr.RKey())
 		p.mu.Lock()
@@ -444,6 +448,9 @@ func (p *pair) do(c command) Status {
 			return Status{Err: err.Error()}
 		}
 		p.hole = make(chan struct{})
+		p.mu.Lock()
+		p.st.Posted++
+		p.mu.Unlock()
 		go func() {
 			defer close(p.hole)
 			pattern(-1, p.a.mr.Bytes()[:slotLen])
