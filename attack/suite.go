@@ -280,7 +280,7 @@ func (s *Suite) probeEncryption() string {
 		return "no traffic seen from a victim with IBEX_PSP=required"
 	}
 	if !secured(&seen) {
-		return "IBEX_PSP=required left the packets in the clear (encryption not on this build's wire)"
+		return "IBEX_PSP=required left the victims' packets in the clear: encryption not in effect"
 	}
 	return ""
 }

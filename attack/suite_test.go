@@ -122,3 +122,33 @@ func TestSuiteEncrypted(t *testing.T) { run(t, attack.Config{Encrypt: true}) }
 // that blocks it: every one must succeed, or the suite's detectors are
 // blind and its "blocked" results mean nothing.
 func TestControls(t *testing.T) { run(t, attack.Config{Controls: true}) }
+
+// TestEncryptedModeUnavailable: when the victims' packets go out in the
+// clear although the encrypted mode asked for IBEX_PSP=required (here a
+// wrapper turns it off again), every case is n/a, saying why, rather than
+// a "blocked" that encryption did not earn.
+func TestEncryptedModeUnavailable(t *testing.T) {
+	envBin, err := exec.LookPath("env")
+	if err != nil {
+		t.Skipf("no env program: %v", err)
+	}
+	cfg := attack.Config{Encrypt: true, Cases: []string{"inject-spoofed", "replay"}, Victim: func(args []string) *exec.Cmd {
+		v := victim(args)
+		cmd := exec.Command(envBin, append([]string{"IBEX_PSP=off"}, v.Args...)...)
+		cmd.Path, cmd.Env = envBin, v.Env
+		return cmd
+	}}
+	rep, err := attack.Run(cfg)
+	if errors.Is(err, attack.ErrNoCapability) {
+		t.Skipf("no CAP_NET_RAW for the sniffer and the raw socket: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		t.Logf("%s: %s (%s)", r.Case, r.Got, r.Detail)
+		if r.Got != attack.NA || !strings.Contains(r.Detail, "in the clear") {
+			t.Errorf("%s: %s (%s), want n/a naming the plaintext", r.Case, r.Got, r.Detail)
+		}
+	}
+}
