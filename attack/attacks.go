@@ -129,12 +129,20 @@ func waitWrites(v *proc, n int) (Status, error) {
 }
 
 func damage(st Status) (Outcome, string) {
-	d := fmt.Sprintf("victim: %d writes checked, %d lost silently, %d slots reverted, canary changed %v, QP A %s, B %s",
-		st.Writes, st.Lost, st.Reverted, st.Canary, st.StateA, st.StateB)
+	d := fmt.Sprintf("victim: %d writes checked, %d lost silently, %d slots reverted, canary changed %v, QP A %s, B %s%s",
+		st.Writes, st.Lost, st.Reverted, st.Canary, st.StateA, st.StateB, counted(st))
 	if st.Lost > 0 || st.Reverted > 0 || st.Canary {
 		return Succeeded, d
 	}
 	return Blocked, d
+}
+
+// counted is what the victim's counters recorded, for a detail.
+func counted(st Status) string {
+	if st.Counted == "" {
+		return "; counted: nothing"
+	}
+	return "; counted: " + st.Counted
 }
 
 // inject forges a WRITE into the pair victim's responder at the PSN it
@@ -223,12 +231,12 @@ func (s *Suite) nak(how sender) (Outcome, string) {
 				return failed("status", err)
 			}
 			if st.StateA == verbs.QPSErr.String() {
-				return Succeeded, fmt.Sprintf("requester QP in ERR after %d NAKs: %s", sent, st.LastErr)
+				return Succeeded, fmt.Sprintf("requester QP in ERR after %d NAKs: %s%s", sent, st.LastErr, counted(st))
 			}
 			nextAsk = time.Now().Add(50 * time.Millisecond)
 		}
 	}
-	return Blocked, fmt.Sprintf("%d NAKs in 1s; requester QP %s, %d writes checked, %d errors", sent, st.StateA, st.Writes, st.Errors)
+	return Blocked, fmt.Sprintf("%d NAKs in 1s; requester QP %s, %d writes checked, %d errors%s", sent, st.StateA, st.Writes, st.Errors, counted(st))
 }
 
 // ack makes the victim's responder drop everything, waits for the WRITE
@@ -276,7 +284,7 @@ func (s *Suite) ack(how sender, off int) (Outcome, string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	d := fmt.Sprintf("the WRITE to the silent peer completed: %q", st.Hole)
+	d := fmt.Sprintf("the WRITE to the silent peer completed: %q%s", st.Hole, counted(st))
 	if st.Hole == verbs.WCSuccess.String() {
 		return Succeeded, d
 	}
@@ -361,7 +369,7 @@ func (s *Suite) dereg(cmd string) (Outcome, string) {
 	if cmd != "dereg" {
 		what = "still registered"
 	}
-	d := fmt.Sprintf("%s memory changed: %v; responder QP %s", what, st.Freed, st.StateB)
+	d := fmt.Sprintf("%s memory changed: %v; responder QP %s%s", what, st.Freed, st.StateB, counted(st))
 	if st.Freed {
 		return Succeeded, d
 	}

@@ -124,10 +124,19 @@ func (f *RawForger) Spoof(p *wire.Packet, src, dst netip.AddrPort) error {
 	return f.SendIP(f.buf[14:])
 }
 
-// SendIP sends a whole IPv4 packet as it is (a replay).
+// SendIP sends a whole IPv4 packet as it is (a replay) but for its UDP
+// checksum, which it clears: a packet captured on the host that sent it
+// carries the partial sum of checksum offload, which the receiving stack
+// would drop, while 0 means "none" (rxe sends 0; the ICRC masks the field,
+// so the RoCE packet is the same).
 func (f *RawForger) SendIP(ip []byte) error {
-	if len(ip) < 20 {
+	if len(ip) < 28 {
 		return errors.New("raw forger: short packet")
+	}
+	ihl := int(ip[0]&0xf) * 4
+	if ip[9] == unix.IPPROTO_UDP && len(ip) >= ihl+8 {
+		ip = append([]byte(nil), ip...)
+		ip[ihl+6], ip[ihl+7] = 0, 0
 	}
 	to := &unix.SockaddrInet4{Addr: [4]byte(ip[16:20])}
 	return unix.Sendto(f.fd, ip, 0, to)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,6 +55,10 @@ type Status struct {
 	Hole string `json:"hole,omitempty"`
 	// Freed tells that B's memory changed after its MR was deregistered.
 	Freed bool `json:"freed"`
+	// Counted lists the drop counters of the pair's own devices and QPs
+	// that are not zero, "SrcAddrErrors 3, Duplicates 16": what the victim
+	// saw of an attack (ReDMArk's V7: detection).
+	Counted string `json:"counted,omitempty"`
 
 	// Server victims: the client QP just connected and the client's own
 	// buffer; Secret tells that memory outside the legitimate writer's
@@ -255,8 +260,9 @@ type pair struct {
 	gate   sync.Mutex
 	paused bool
 	opt    verbs.ConnectOptions
-	freed  []byte // dereg: B's memory after its MR was deregistered
-	snap   []byte // and what it held then
+	devs   []string // the pair's own udp devices (none on a daemon's)
+	freed  []byte   // dereg: B's memory after its MR was deregistered
+	snap   []byte   // and what it held then
 }
 
 func newPair(dev, a, b string, pkeyIndex uint16, bLocal bool) (*pair, error) {
@@ -265,6 +271,10 @@ func newPair(dev, a, b string, pkeyIndex uint16, bLocal bool) (*pair, error) {
 		return nil, err
 	}
 	cb := ca
+	p := &pair{stop: make(chan struct{}), done: make(chan struct{})}
+	if dev == "" {
+		p.devs = append(p.devs, "atvica")
+	}
 	if bLocal {
 		dev = ""
 	}
@@ -272,8 +282,8 @@ func newPair(dev, a, b string, pkeyIndex uint16, bLocal bool) (*pair, error) {
 		if cb, err = open(dev, "atvicb", b); err != nil {
 			return nil, err
 		}
+		p.devs = append(p.devs, "atvicb")
 	}
-	p := &pair{stop: make(chan struct{}), done: make(chan struct{})}
 	if p.a, err = newEnd(ca, nil, halfLen); err != nil {
 		return nil, err
 	}
@@ -360,6 +370,7 @@ func (p *pair) status() Status {
 	if st.LastErr == "" && p.a.qp.Err() != nil {
 		st.LastErr = p.a.qp.Err().Error()
 	}
+	st.Counted = p.counted()
 	if p.freed != nil {
 		st.Freed = !bytes.Equal(p.freed, p.snap)
 	} else {
@@ -618,3 +629,39 @@ func (s *server) close() {
 }
 
 var errVictimGone = errors.New("victim process ended")
+
+// counted sums the drop counters of the pair's devices and its QPs.
+func (p *pair) counted() string {
+	var c udp.PortCounters
+	for _, d := range p.devs {
+		if x, ok := udp.Counters(d); ok {
+			c.PortRcvErrors += x.PortRcvErrors
+			c.ICRCErrors += x.ICRCErrors
+			c.UnknownQP += x.UnknownQP
+			c.SrcAddrErrors += x.SrcAddrErrors
+			c.PKeyViolations += x.PKeyViolations
+			c.PSPAuthErrors += x.PSPAuthErrors
+			c.PSPReplayDrops += x.PSPReplayDrops
+			c.PSPUnknownSPI += x.PSPUnknownSPI
+			c.PSPPlaintextDrops += x.PSPPlaintextDrops
+		}
+	}
+	a, b := p.a.qp.Stats(), p.b.qp.Stats()
+	var out []string
+	for _, x := range []struct {
+		name string
+		n    uint64
+	}{
+		{"PortRcvErrors", c.PortRcvErrors}, {"ICRCErrors", c.ICRCErrors}, {"UnknownQP", c.UnknownQP},
+		{"SrcAddrErrors", c.SrcAddrErrors}, {"PKeyViolations", c.PKeyViolations},
+		{"PSPAuthErrors", c.PSPAuthErrors}, {"PSPReplayDrops", c.PSPReplayDrops},
+		{"PSPUnknownSPI", c.PSPUnknownSPI}, {"PSPPlaintextDrops", c.PSPPlaintextDrops},
+		{"OutOfWindow", a.OutOfWindow + b.OutOfWindow}, {"Duplicates", a.Duplicates + b.Duplicates},
+		{"OutOfSequence", a.OutOfSequence + b.OutOfSequence}, {"ErrNaksRecv", a.ErrNaksRecv},
+	} {
+		if x.n != 0 {
+			out = append(out, fmt.Sprintf("%s %d", x.name, x.n))
+		}
+	}
+	return strings.Join(out, ", ")
+}
