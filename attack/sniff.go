@@ -40,7 +40,8 @@ type Sniffer struct {
 	fd     int
 	keep   func(netip.Addr) bool
 	mu     sync.Mutex
-	seen   []Seen
+	seen   []Seen // packets from index base on
+	base   int
 	wake   chan struct{}
 	done   chan struct{}
 	closed chan struct{}
@@ -149,21 +150,30 @@ func (s *Sniffer) parse(ip []byte) (Seen, bool) {
 	return v, true
 }
 
-// Since returns the packets seen from index i on, and the next index.
+// Since returns the packets seen from index i on (those not forgotten),
+// and the next index.
 func (s *Sniffer) Since(i int) ([]Seen, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i > len(s.seen) {
-		i = len(s.seen)
-	}
-	return append([]Seen(nil), s.seen[i:]...), len(s.seen)
+	end := s.base + len(s.seen)
+	i = min(max(i, s.base), end)
+	return append([]Seen(nil), s.seen[i-s.base:]...), end
 }
 
 // Mark is the index of the next packet to be seen.
 func (s *Sniffer) Mark() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.seen)
+	return s.base + len(s.seen)
+}
+
+// Forget drops the packets seen so far (indices go on counting): the
+// suite forgets between cases.
+func (s *Sniffer) Forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.base += len(s.seen)
+	s.seen = nil
 }
 
 // Wait returns the first packet from index i on that match accepts, or

@@ -248,6 +248,7 @@ func Run(cfg Config) (*Report, error) {
 		if cfg.Log != nil {
 			fmt.Fprintf(cfg.Log, "attack: %s ...\n", c.Name)
 		}
+		s.sn.Forget()
 		start := time.Now()
 		res := Result{Case: c.Name, Ref: c.Ref, Success: c.Success, Expected: c.expect(s.mode)}
 		switch {
