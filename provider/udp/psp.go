@@ -154,7 +154,17 @@ func peerAddr(g verbs.GID) string { return netip.AddrFrom16(g).Unmap().String() 
 
 // setupPSP builds the QP's security associations at RTR: encrypted when
 // both ends announced an SPI.
+//
+// A QP's receive SPI is fixed for its life, so a QP reconnected after
+// RESET to the same peer QP has the same keys: its SAs then go on from
+// where the last connection's stopped (the receiver refuses every IV it
+// accepted or left behind, the sender continues after its last IV), as
+// across a takeover. A fresh window would take the last connection's
+// packets, replayed, once more (and the QP's PSNs start where they did);
+// a fresh random IV could fall below the window of a peer that was not
+// reset, which would refuse everything.
 func (q *qpDriver) setupPSP(d *device, a verbs.QPAttr) error {
+	oldTx, oldRx := q.tx, q.rx
 	q.tx, q.rx = nil, nil
 	peer := q.peerSPI.Load()
 	if q.recvSPI == 0 || peer == 0 {
@@ -163,12 +173,18 @@ func (q *qpDriver) setupPSP(d *device, a verbs.QPAttr) error {
 	local, remote := [16]byte(d.gid), [16]byte(a.AH.DGID)
 	rf := psp.Flow{SrcGID: remote, DstGID: local, SrcQPN: a.DestQPN, DstQPN: q.qp.Num()}
 	sf := psp.Flow{SrcGID: local, DstGID: remote, SrcQPN: q.qp.Num(), DstQPN: a.DestQPN}
+	st := q.resume // a QP another process froze (RestorePSP)
+	q.resume = nil
+	if st == nil && oldTx != nil && oldRx != nil && q.rxFlow == rf && q.txBase == peer {
+		var last PSPState
+		last.RecvSPI, last.RecvTop = oldRx.State()
+		last.SendSPI, last.SendIV = oldTx.State()
+		st = &last
+	}
 	var rx *psp.Receiver
 	var tx *psp.Sender
 	var err error
-	if st := q.resume; st != nil {
-		// A QP another process froze (RestorePSP): its SAs go on.
-		q.resume = nil
+	if st != nil {
 		if rx, err = psp.ResumeReceiver(d.psp.keys, st.RecvSPI, rf, st.RecvTop); err == nil {
 			tx, err = psp.ResumeSender(d.psp.keys, st.SendSPI, sf, st.SendIV)
 		}
@@ -179,7 +195,7 @@ func (q *qpDriver) setupPSP(d *device, a verbs.QPAttr) error {
 		return err
 	}
 	tx.RotateAfter = d.psp.after
-	q.tx, q.rx = tx, rx
+	q.tx, q.rx, q.rxFlow, q.txBase = tx, rx, rf, peer
 	return nil
 }
 

@@ -544,3 +544,83 @@ func TestPSPHostileSealed(t *testing.T) {
 		t.Fatal("a WRITE after the hostile datagrams: data differs")
 	}
 }
+
+// TestPSPReconnect: two QPs moved to RESET and connected to each other
+// again keep their keys (a receive SPI is a QP's for its life) and go on
+// from their SAs' state: traffic flows after each reconnection, and the
+// earlier connections' packets, replayed, are refused by the window. Fails
+// with fresh SAs at each reconnection: the replays open in a fresh window.
+func TestPSPReconnect(t *testing.T) {
+	n := newMemNet(13, rctest.Faults{})
+	var mu sync.Mutex
+	var captured [][]byte
+	n.net.Tap(func(d *rctest.Datagram, f rctest.Fate) {
+		mu.Lock()
+		if len(captured) < 32 && d.To.Addr() == netip.MustParseAddr("10.0.0.1") && psp.IsSealed(d.Data) {
+			captured = append(captured, append([]byte(nil), d.Data...))
+		}
+		mu.Unlock()
+	})
+	da, db := pspMemDevices(t, n, "required", "required")
+	a, b := openEnd(t, da, 64<<10, 16, pspAcc), openEnd(t, db, 64<<10, 16, pspAcc)
+	connectEnds(t, a, b)
+	spi := a.qp.Info().SPI
+	for round := range 3 {
+		for i := range b.mr.Bytes() {
+			b.mr.Bytes()[i] = byte(i + round)
+		}
+		b.run(t, b.write(a, 0, 64<<10))
+		a.run(t, a.write(b, 0, 4096))
+		if !bytes.Equal(a.mr.Bytes()[4096:], b.mr.Bytes()[4096:]) {
+			t.Fatalf("round %d: data differs", round)
+		}
+		// Both go through RESET and connect again.
+		for _, e := range []*ioEnd{a, b} {
+			if err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.AttrState); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ia, ib := a.qp.Info(), b.qp.Info()
+		if ia.SPI != spi {
+			t.Fatalf("spi %#x after RESET, was %#x", ia.SPI, spi)
+		}
+		if err := a.qp.Connect(ib, verbs.ConnectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.qp.Connect(ia, verbs.ConnectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base, _ := Counters(da)
+	mu.Lock()
+	old := captured
+	mu.Unlock()
+	evil := n.net.Endpoint(netip.MustParseAddrPort("10.0.0.2:5002"))
+	for _, p := range old {
+		evil.Send(netip.MustParseAddrPort("10.0.0.1:4791"), [][]byte{p})
+	}
+	// a still works both ways with b.
+	clear(b.mr.Bytes())
+	for i := range 4096 {
+		a.mr.Bytes()[i] = byte(3 * i)
+	}
+	a.run(t, a.write(b, 0, 4096))
+	if !bytes.Equal(a.mr.Bytes()[:4096], b.mr.Bytes()[:4096]) {
+		t.Fatal("WRITE after the reconnections: data differs")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var c PortCounters
+	for {
+		c, _ = Counters(da)
+		if c.PSPReplayDrops-base.PSPReplayDrops >= uint64(len(old)) || time.Now().After(deadline) {
+			break
+		}
+		_, _ = a.cq.Poll(make([]verbs.WC, 1))
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("%d packets of earlier connections replayed: %d refused as replays, auth %d, unknown SPI %d", len(old),
+		c.PSPReplayDrops-base.PSPReplayDrops, c.PSPAuthErrors-base.PSPAuthErrors, c.PSPUnknownSPI-base.PSPUnknownSPI)
+	if len(old) == 0 || c.PSPReplayDrops-base.PSPReplayDrops != uint64(len(old)) {
+		t.Fatalf("%d replays, %d refused", len(old), c.PSPReplayDrops-base.PSPReplayDrops)
+	}
+}

@@ -34,6 +34,8 @@ type qpDriver struct {
 	peerSPI atomic.Uint32
 	rotate  atomic.Bool
 	resume  *PSPState // RestorePSP's, for the next RTR
+	rxFlow  psp.Flow  // loop-owned: the receive flow of the SAs in use
+	txBase  uint32    // loop-owned: the peer SPI they were set up for
 
 	// Loop-owned.
 	eng       *rc.Conn
