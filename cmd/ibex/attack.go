@@ -35,7 +35,9 @@ func newAttackCmd() *cobra.Command {
 		Long: "Run the attack suite: victim processes with RC traffic between udp devices on\n" +
 			"127.0.0.110-119, and this process as an attacker on the same network, which\n" +
 			"sniffs their packets (AF_PACKET on lo) and forges RoCEv2 packets with correct\n" +
-			"ICRCs from its own address and with the peer's address spoofed (raw socket).\n" +
+			"ICRCs from its own address, from another port of the peer's host and with the\n" +
+			"peer's address spoofed (raw socket); it replays captured packets, guesses rkeys,\n" +
+			"and exhausts an ibexd it starts with two tenants.\n" +
 			"Each case maps to a ReDMArk weakness/attack, states what success means and the\n" +
 			"result expected; the table shows the measured result beside it. Needs root\n" +
 			"(CAP_NET_RAW). --encrypt runs the victims with IBEX_PSP=required.\n\n" +
@@ -43,8 +45,8 @@ func newAttackCmd() *cobra.Command {
 			"not run.\n\n" +
 			"--controls runs each attack against a target without the defence that blocks\n" +
 			"it instead; each must succeed, or the suite's \"blocked\" means nothing.\n\n" +
-			"Cases: " + strings.Join(attack.Cases(), ", ") + "\n" +
-			"Controls: " + strings.Join(attack.Controls(), ", ") + "\n\n" +
+			wrap("Cases: "+strings.Join(attack.Cases(), ", "), 80) + "\n" +
+			wrap("Controls: "+strings.Join(attack.Controls(), ", "), 80) + "\n\n" +
 			"Examples:\n" +
 			"  sudo ibex attack\n" +
 			"  sudo ibex attack --encrypt --json\n" +
@@ -102,4 +104,22 @@ func runAttack(cmd *cobra.Command, opt attackOptions) error {
 		return &exitError{code: 1, err: fmt.Errorf("attack: %d of %d cases differ from their expectation", n, len(rep.Results))}
 	}
 	return nil
+}
+
+// wrap breaks s into lines of at most width runes at spaces.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(s) {
+		if i > 0 && n+1+len(w) > width {
+			b.WriteString("\n")
+			n = 0
+		} else if i > 0 {
+			b.WriteString(" ")
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
 }
