@@ -189,7 +189,7 @@ func Run(cfg Config) (*Report, error) {
 		return nil, err
 	}
 	// One suite at a time on this host: they share the addresses.
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ibex-attack.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ibex-attack.lock"), os.O_CREATE|os.O_RDONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
