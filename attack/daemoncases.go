@@ -18,12 +18,16 @@ import (
 const (
 	gidRed   = 61021
 	gidGreen = 61022
-	// maxClients is the daemon's limit on attached processes.
-	maxClients = 8
+	// maxClients is the daemon's limit on attached processes,
+	// tenantClients each tenant's quota of them.
+	maxClients    = 8
+	tenantClients = 3
 )
 
 // daemonConfig is ibexd's configuration for the daemon cases: small
-// per-process limits, and tenant quotas for red and green.
+// per-process limits, and tenant quotas for red and green, each quota set
+// as a careful operator would (the suite measures what the defences
+// achieve when they are used).
 func daemonConfig(sock, psp string) string {
 	return fmt.Sprintf(`socket: %s
 devices:
@@ -40,12 +44,12 @@ tenants:
   - name: red
     match:
       gids: [%d]
-    quotas: {max_qps: 24, max_cqs: 12, max_mrs: 96, max_memory: 24M}
+    quotas: {max_clients: %d, max_qps: 24, max_cqs: 12, max_mrs: 96, max_memory: 24M}
   - name: green
     match:
       gids: [%d]
-    quotas: {max_qps: 24, max_cqs: 12, max_mrs: 96, max_memory: 24M}
-`, sock, AddrDaemon, psp, maxClients, gidRed, gidGreen)
+    quotas: {max_clients: %d, max_qps: 24, max_cqs: 12, max_mrs: 96, max_memory: 24M}
+`, sock, AddrDaemon, psp, maxClients, gidRed, tenantClients, gidGreen, tenantClients)
 }
 
 // daemonEnv is what a process attaching to the suite's daemon needs.
@@ -246,8 +250,8 @@ type exhaustRun struct {
 }
 
 // exhaustClients: the red tenant attaches as many processes as the daemon
-// takes; then a green process attaches.
-func (s *Suite) exhaustClients() (Outcome, string) {
+// takes; then a process of the tenant probeGID attaches.
+func (s *Suite) exhaustClients(probeGID uint32) (Outcome, string) {
 	d, err := s.startDaemon()
 	if err != nil {
 		return failed("daemon", err)
@@ -268,7 +272,8 @@ func (s *Suite) exhaustClients() (Outcome, string) {
 		}
 		hogs = append(hogs, h)
 	}
-	p, err := s.startAs(gidGreen, s.daemonEnv(), "--mode", "probe", "--device", daemonDev)
+	who := map[uint32]string{gidRed: "red", gidGreen: "green"}[probeGID]
+	p, err := s.startAs(probeGID, s.daemonEnv(), "--mode", "probe", "--device", daemonDev)
 	if err != nil {
 		return failed("probe", err)
 	}
@@ -276,14 +281,14 @@ func (s *Suite) exhaustClients() (Outcome, string) {
 	if err != nil {
 		return failed("probe", err)
 	}
-	d0 := fmt.Sprintf("red attached %d processes (daemon max_clients %d)", len(hogs), maxClients)
+	d0 := fmt.Sprintf("red attached %d processes (daemon max_clients %d, tenant quota %d)", len(hogs), maxClients, tenantClients)
 	if refused != "" {
 		d0 += ", then was refused: " + refused
 	}
 	if slices.Contains(st.Failed, "attach") {
-		return Succeeded, d0 + "; green could not attach: " + st.LastErr
+		return Succeeded, d0 + "; " + who + " could not attach: " + st.LastErr
 	}
-	return Blocked, d0 + "; green attached"
+	return Blocked, d0 + "; " + who + " attached"
 }
 
 // partitionsConf makes both pair addresses limited members of one

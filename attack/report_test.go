@@ -56,7 +56,7 @@ func TestSelect(t *testing.T) {
 	if _, err := attack.Run(attack.Config{}); err == nil || !strings.Contains(err.Error(), "Victim") {
 		t.Errorf("no Victim: %v", err)
 	}
-	if len(attack.Cases()) < 20 || len(attack.Controls()) != 5 {
+	if len(attack.Cases()) < 20 || len(attack.Controls()) != 6 {
 		t.Errorf("%d cases, %d controls", len(attack.Cases()), len(attack.Controls()))
 	}
 }
