@@ -1,7 +1,3 @@
-// Package store serves a directory of files (training shards, any format)
-// over verbs, and reads them back: clients read file ranges by RDMA READ from
-// buffers the server keeps registered, or have the server WRITE them into
-// the client's registered memory, many ranges per round trip.
 package store
 
 // FileInfo is one exported file: its name relative to the served directory
