@@ -363,10 +363,10 @@ type ErrorCounts struct {
 }
 
 type counters struct {
-	clientsTotal, rejected                                               atomic.Uint64
-	requests, ranges, bytes                                              atomic.Uint64
+	clientsTotal, rejected                                              atomic.Uint64
+	requests, ranges, bytes                                             atomic.Uint64
 	malformed, badRelease, badFile, pastEOF, badLen, reserved, held, io atomic.Uint64
-	qpFailed                                                             atomic.Uint64
+	qpFailed                                                            atomic.Uint64
 }
 
 // Stats returns the server's counters.
