@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 )
 
@@ -13,9 +14,11 @@ import (
 // batch and asks for the next.
 type BenchConfig struct {
 	// Compute is the accelerator's time per batch. 0: none (the loader's
-	// own rate; AU is then 0).
+	// own rate; AU is then 0). It is slept, but for its last 1.5 ms,
+	// which are spun yielding the processor (runtime.Gosched): Go's
+	// timers wake up to a millisecond late.
 	Compute time.Duration
-	// Spin busy-waits Compute instead of sleeping: exact to the
+	// Spin busy-waits all of Compute, yielding to nothing: exact to the
 	// microsecond, at the cost of a core.
 	Spin bool
 	// Batches is the number of batches measured, going on into the
@@ -134,22 +137,30 @@ func newRealClock() *realClock {
 
 func (c *realClock) now() time.Duration { return time.Since(c.base) }
 
+// sleepSlack is how much of a compute time is spun rather than slept: the
+// Go runtime's timers wake up to about 1 ms late on Linux (a 200µs sleep
+// takes 1.07 ms), which would make every compute time under a millisecond
+// one millisecond.
+const sleepSlack = 1500 * time.Microsecond
+
 func (c *realClock) compute(ctx context.Context, d time.Duration, spin bool) (time.Duration, error) {
 	t0 := c.now()
-	if spin {
-		for n := 0; c.now()-t0 < d; n++ {
-			if n%1024 == 0 && ctx.Err() != nil {
-				return c.now() - t0, ctx.Err()
-			}
+	if !spin && d > sleepSlack {
+		c.timer.Reset(d - sleepSlack)
+		select {
+		case <-c.timer.C:
+		case <-ctx.Done():
+			c.timer.Stop()
+			return c.now() - t0, ctx.Err()
 		}
-		return c.now() - t0, nil
 	}
-	c.timer.Reset(d)
-	select {
-	case <-c.timer.C:
-		return c.now() - t0, nil
-	case <-ctx.Done():
-		c.timer.Stop()
-		return c.now() - t0, ctx.Err()
+	for n := 0; c.now()-t0 < d; n++ {
+		if n%256 == 0 && ctx.Err() != nil {
+			return c.now() - t0, ctx.Err()
+		}
+		if !spin {
+			runtime.Gosched() // the readers may have the CPU meanwhile
+		}
 	}
+	return c.now() - t0, nil
 }

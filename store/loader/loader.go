@@ -356,7 +356,8 @@ func (l *Loader) read(b *Batch) error {
 // it returns io.EOF every time, so two in a row mean the end. A failed read
 // is a *ReadError, returned by this and every later call. ctx bounds the
 // wait (its error is returned, and the next call waits for the same batch);
-// after Close, ErrClosed.
+// after Close, ErrClosed. A consumer holding all Ahead+1 batches waits
+// until its ctx ends: release one first.
 func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
