@@ -327,12 +327,24 @@ func (l *Loader) read(b *Batch) error {
 	}
 	idx := -1
 	var ee *ExtentError
-	if errors.As(err, &ee) && ee.Index >= 0 && ee.Index < len(b.exts) {
+	var re *store.RangeError
+	files := l.cfg.Source.Files()
+	switch {
+	case errors.As(err, &ee) && ee.Index >= 0 && ee.Index < len(b.exts):
 		idx = ee.Index
 		if err == error(ee) {
 			err = ee.Err // ReadError says the rest
 		}
-	} else {
+	case errors.As(err, &re):
+		// store.Client names the file and offset of the part that failed.
+		for k, e := range b.exts {
+			if files[e.File].Name == re.File && e.Off <= re.Off && re.Off < e.Off+int64(e.Len) {
+				idx = k
+				break
+			}
+		}
+	}
+	if idx < 0 {
 		// The Source did not say which: read them one at a time.
 		for k := range b.exts {
 			if err1 := l.cfg.Source.ReadBatch(l.ctx, b.exts[k:k+1], b.dst[k:k+1]); err1 != nil {
@@ -341,13 +353,8 @@ func (l *Loader) read(b *Batch) error {
 			}
 		}
 	}
-	re := &ReadError{Epoch: b.Epoch, Batch: b.Index, Extent: idx, Err: err}
 	e := b.exts[max(idx, 0)]
-	re.Off, re.Len = e.Off, e.Len
-	if files := l.cfg.Source.Files(); e.File < len(files) {
-		re.Shard = files[e.File].Name
-	}
-	return re
+	return &ReadError{Epoch: b.Epoch, Batch: b.Index, Extent: idx, Shard: files[e.File].Name, Off: e.Off, Len: e.Len, Err: err}
 }
 
 // Next returns the next batch, waiting for its read if it has not ended.

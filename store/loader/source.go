@@ -25,7 +25,9 @@ type Source interface {
 	Alloc(n int) ([]byte, error)
 	// ReadBatch reads each extent into the matching dst (len(dst[i]) ==
 	// exts[i].Len). It is safe for concurrent use and honours ctx. An error
-	// that wraps an *ExtentError says which extent failed.
+	// that wraps an *ExtentError or a *store.RangeError says which extent
+	// failed; otherwise the Loader reads the extents one by one to find
+	// out.
 	ReadBatch(ctx context.Context, exts []store.Extent, dst [][]byte) error
 }
 
