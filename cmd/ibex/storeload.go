@@ -11,12 +11,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ibex-rdma/ibex/internal/units"
+	"github.com/ibex-rdma/ibex/store"
 	"github.com/ibex-rdma/ibex/store/loader"
 )
 
 // storeLoadOptions are ibex store load's flags.
 type storeLoadOptions struct {
 	server, device, local, glob string
+	mode                        string
+	depth                       int
 	sampleSize                  string
 	batch, ahead, readers       int
 	seed, epoch                 uint64
@@ -45,7 +48,8 @@ func newStoreLoadCmd() *cobra.Command {
 			"default it runs one epoch (--batches: that many batches instead).\n\n" +
 			"--search then finds the highest samples/s that keeps AU >= 90%: " + loader.SearchMethod +
 			" (--search-batches per point, after --ahead+1 not counted).\n\n" +
-			"--server reads from an ibex store server over --device; --local reads the files of a\n" +
+			"--server reads from an ibex store server over --device (--mode read: the client RDMA\n" +
+			"READs the server's buffers; write: the server WRITEs into the loader's); --local reads the files of a\n" +
 			"local directory with pread instead: the baseline row. --json prints one JSON object\n" +
 			"(seconds for every time: seconds, compute_per_batch, compute_per_batch_at_max).",
 		Example: "  ibex store load --local /dev/shm/ds --sample-size 128K --batch 16 --compute 20ms --search\n" +
@@ -71,6 +75,8 @@ func newStoreLoadCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.server, "server", "", "the store server's address (host or host:port)")
 	f.StringVarP(&o.device, "device", "d", "", "the device to reach --server on (default: the store client's)")
+	f.StringVar(&o.mode, "mode", "read", "how the store client's ranges travel: read (RDMA READs of the server's buffers) or write (the server WRITEs)")
+	f.IntVar(&o.depth, "depth", 0, "store client requests in flight (0: the client's default)")
 	f.StringVar(&o.local, "local", "", "read the files under `DIR` instead of a server (the baseline)")
 	f.StringVar(&o.glob, "glob", "", "read only files whose name matches this pattern (path.Match, e.g. 'train/*.bin')")
 	f.StringVar(&o.sampleSize, "sample-size", "", "bytes per sample (8, 64K, 1M, ...; required)")
@@ -134,7 +140,7 @@ type storeLoadPoint struct {
 }
 
 // openStoreSource returns the Source o names and what closes it.
-func openStoreSource(_ context.Context, o storeLoadOptions) (loader.Source, string, func(), error) {
+func openStoreSource(ctx context.Context, o storeLoadOptions) (loader.Source, string, func(), error) {
 	switch {
 	case o.local != "" && o.server != "":
 		return nil, "", nil, errors.New("store load: --local and --server: give one")
@@ -145,7 +151,17 @@ func openStoreSource(_ context.Context, o storeLoadOptions) (loader.Source, stri
 		}
 		return src, "local " + o.local, func() { src.Close() }, nil
 	case o.server != "":
-		return nil, "", nil, errors.New("store load: --server: the store client is not in this build yet; use --local DIR")
+		mode, err := store.ParseMode(o.mode)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("store load: --mode %s: %w", o.mode, err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		c, err := store.Dial(dctx, store.ClientConfig{Server: o.server, Device: o.device, Mode: mode, Depth: o.depth})
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("store load: %w", err)
+		}
+		return c, fmt.Sprintf("server %s (%s mode)", o.server, mode), func() { c.Close() }, nil
 	}
 	return nil, "", nil, errors.New("store load: want --server ADDR or --local DIR")
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ibex-rdma/ibex/store"
 )
 
 // runStoreLoad runs `ibex store load args...` and returns its output.
@@ -90,5 +92,40 @@ func TestStoreLoadErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%v: error %v, want one with %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestStoreLoadServer: --server against a real store server over loop0
+// (in this process), both modes, and the baseline row on the same files.
+func TestStoreLoadServer(t *testing.T) {
+	dir := storeLoadDir(t, 3, 64<<10)
+	srv, err := store.NewServer(store.ServerConfig{Dir: dir, Listen: "127.0.0.141:0", Device: "loop0", PoolBytes: 1 << 20, ChunkBytes: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, args := range [][]string{
+		{"--server", srv.Addr().String(), "--device", "loop0"},
+		{"--server", srv.Addr().String(), "--device", "loop0", "--mode", "write", "--depth", "4"},
+		{"--local", dir},
+	} {
+		out, err := runStoreLoadCmd(t, append(args, "--sample-size", "4K", "--batch", "4", "--compute", "100us", "--json")...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("%v: %v:\n%s", args, err, out)
+		}
+		if m["batches"].(float64) != 12 || m["bytes"].(float64) != 48*4096 {
+			t.Fatalf("%v: batches %v bytes %v, want 12 and %d", args, m["batches"], m["bytes"], 48*4096)
+		}
+		t.Logf("%s: %.0f samples/s, AU %.3f", m["source"], m["samples_per_sec"], m["au"])
+	}
+	if _, err := runStoreLoadCmd(t, "--server", srv.Addr().String(), "--device", "loop0", "--mode", "sideways", "--sample-size", "4K"); err == nil || !strings.Contains(err.Error(), "--mode sideways") {
+		t.Fatalf("--mode sideways: %v", err)
+	}
+	if st := srv.Stats(); st.ClientsTotal != 2 {
+		t.Fatalf("server: %d clients in all, want 2", st.ClientsTotal)
 	}
 }
