@@ -129,6 +129,7 @@ func (c *sconn) accept(req *cm.Request) error {
 		_ = req.Reject(c.ctx, "store: "+err.Error())
 		return err
 	}
+	s.st.clientBytes.Add(int64(c.mr.Len()))
 	w := welcome{depth: depth, chunk: s.cfg.ChunkBytes, maxBatch: s.cfg.MaxBatch, maxHeld: c.maxHeld,
 		nfiles: len(s.files), catAddr: s.catMR.Addr(), catRKey: s.catMR.RKey(), catLen: s.catMR.Len()}
 	c.cmc, err = req.Accept(c.ctx, c.qp, w.encode(), cm.Options{Ready: func(*verbs.QP) error {
@@ -154,6 +155,7 @@ func (c *sconn) teardown() {
 		_ = c.cq.Destroy()
 	}
 	if c.mr != nil {
+		s.st.clientBytes.Add(-int64(c.mr.Len()))
 		_ = c.mr.Dereg()
 	}
 	if c.cmc != nil {

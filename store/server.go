@@ -31,8 +31,9 @@ type ServerConfig struct {
 	// Device is the verbs device (default: the first device, verbs.Open("")).
 	Device string
 	// PoolBytes is the registered memory that stages file data (default
-	// 256 MiB), cut into PoolBytes/ChunkBytes buffers; it does not grow
-	// with the dataset or the clients.
+	// 256 MiB), cut into PoolBytes/ChunkBytes buffers (with Direct,
+	// PoolBytes/(ChunkBytes+4 KiB)); it does not grow with the dataset or
+	// the clients.
 	PoolBytes int64
 	// ChunkBytes is one buffer's size (default 1 MiB, at least 4 KiB, at
 	// most 1 GiB; with Direct a multiple of 4 KiB): the most one range of
@@ -56,6 +57,15 @@ type ServerConfig struct {
 	MaxHeld int
 }
 
+// stride is one buffer's bytes: O_DIRECT reads the aligned blocks around
+// a range, up to one block more than a chunk.
+func (c *ServerConfig) stride() int {
+	if c.Direct {
+		return c.ChunkBytes + dioAlign
+	}
+	return c.ChunkBytes
+}
+
 func (c *ServerConfig) check() (nbuf int, err error) {
 	if c.Dir == "" {
 		return 0, configErr("Dir: empty (the directory to serve)")
@@ -74,12 +84,12 @@ func (c *ServerConfig) check() (nbuf int, err error) {
 		return 0, configErr("ChunkBytes %d: want 4 KiB to 1 GiB", c.ChunkBytes)
 	case c.Direct && c.ChunkBytes%dioAlign != 0:
 		return 0, configErr("ChunkBytes %d: Direct needs a multiple of %d", c.ChunkBytes, dioAlign)
-	case c.PoolBytes < int64(c.ChunkBytes):
-		return 0, configErr("PoolBytes %d: smaller than ChunkBytes %d", c.PoolBytes, c.ChunkBytes)
+	case c.PoolBytes < int64(c.stride()):
+		return 0, configErr("PoolBytes %d: smaller than one buffer (%d bytes)", c.PoolBytes, c.stride())
 	case c.PoolBytes > 1<<40:
 		return 0, configErr("PoolBytes %d: more than 1 TiB", c.PoolBytes)
 	}
-	nbuf = int(c.PoolBytes / int64(c.ChunkBytes))
+	nbuf = int(c.PoolBytes / int64(c.stride()))
 	if c.MaxClients == 0 {
 		c.MaxClients = 64
 	}
@@ -342,6 +352,9 @@ type Stats struct {
 	PoolFree    int   // of them free now
 	ChunkBytes  int   // one buffer's data bytes
 	PoolBytes   int64 // registered bytes of the pool (fixed at start)
+	// RegisteredBytes is all the server has registered: the pool, the
+	// file list, and each connected client's message buffers.
+	RegisteredBytes int64
 }
 
 // ErrorCounts counts what clients got wrong or what failed, by cause.
@@ -367,6 +380,7 @@ type counters struct {
 	requests, ranges, bytes                                             atomic.Uint64
 	malformed, badRelease, badFile, pastEOF, badLen, reserved, held, io atomic.Uint64
 	qpFailed                                                            atomic.Uint64
+	clientBytes                                                         atomic.Int64
 }
 
 // Stats returns the server's counters.
@@ -386,7 +400,8 @@ func (s *Server) Stats() Stats {
 			QPFailed: st.qpFailed.Load(),
 		},
 		PoolBuffers: s.pool.n, PoolFree: s.pool.freeCount(), ChunkBytes: s.pool.chunk,
-		PoolBytes: int64(s.pool.mr.Len()),
+		PoolBytes:       int64(s.pool.mr.Len()),
+		RegisteredBytes: int64(s.pool.mr.Len()+s.catMR.Len()) + st.clientBytes.Load(),
 	}
 }
 
