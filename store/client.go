@@ -86,6 +86,7 @@ type Client struct {
 	allocMu sync.Mutex
 	regions atomic.Pointer[[]region]
 
+	sendMu sync.Mutex // orders requests: taking releases and posting
 	mu     sync.Mutex // guards rel, err, every batch's fields and slot.b
 	rel    []uint32   // READ: buffers read and not yet released
 	err    error
@@ -440,8 +441,10 @@ func (c *Client) putBatch(b *batch) {
 }
 
 // send posts slot si's request, with the releases pending. It is posted
-// under mu so that requests leave in the order their releases were taken:
-// the server then never sees a client hold more than depth × per buffers.
+// under sendMu so that requests leave in the order their releases were
+// taken: the server then never sees a client hold more than depth × per
+// buffers. Not under mu: the post may run the READs queued before it (the
+// QP's send token), and the poller must not wait for them.
 func (c *Client) send(si int) error {
 	s := &c.slots[si]
 	buf := c.msg.Bytes()[c.sendOff(si) : c.sendOff(si)+reqBufLen]
@@ -449,9 +452,11 @@ func (c *Client) send(si int) error {
 	if c.cfg.Mode == ModeWrite {
 		op = opWrite
 	}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.err != nil {
+		c.mu.Unlock()
 		return c.err
 	}
 	nrel := 0
@@ -472,12 +477,13 @@ func (c *Client) send(si int) error {
 		encodeRange(buf, nrel, i, rr)
 	}
 	s.b.remaining++
+	c.mu.Unlock()
 	s.ssge[0] = verbs.SGE{Addr: c.msg.Addr() + uint64(c.sendOff(si)), Length: uint32(requestLen(s.n, nrel)), LKey: c.msg.LKey()}
 	s.swr[0] = verbs.SendWR{ID: kindSend | uint64(si), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: s.ssge[:]}
 	if err := c.qp.PostSend(s.swr[:]); err != nil {
-		s.b.remaining--
-		c.failLocked(fmt.Errorf("store: post request: %w", err))
-		return c.err
+		err = fmt.Errorf("store: post request: %w", err)
+		c.fail(err)
+		return err
 	}
 	return nil
 }

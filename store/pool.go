@@ -34,14 +34,26 @@ func newPool(pd *verbs.PD, n, chunk int, direct bool) (*pool, error) {
 	if direct {
 		stride = chunk + dioAlign
 	}
-	mr, err := pd.AllocMR(n*stride+dioAlign, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteRead
+	mr, err := pd.AllocMR(n*stride, access)
 	if err != nil {
 		return nil, err
 	}
 	b := mr.Bytes()
 	skip := 0
-	if a := addrOf(b) % dioAlign; a != 0 {
-		skip = int(dioAlign - a)
+	if a := addrOf(b) % dioAlign; a != 0 && direct {
+		// O_DIRECT needs aligned buffers: take one block more and
+		// start at the first aligned byte.
+		if err := mr.Dereg(); err != nil {
+			return nil, err
+		}
+		if mr, err = pd.AllocMR(n*stride+dioAlign, access); err != nil {
+			return nil, err
+		}
+		b = mr.Bytes()
+		if a := addrOf(b) % dioAlign; a != 0 {
+			skip = int(dioAlign - a)
+		}
 	}
 	p := &pool{mr: mr, mem: b[skip : skip+n*stride], addr: mr.Addr() + uint64(skip), chunk: chunk, stride: stride, n: n,
 		free: make([]int32, n), owner: make([]int32, n)}
