@@ -108,7 +108,7 @@ func newStoreServeCmd() *cobra.Command {
 // storeClientFlags are the flags every client command shares.
 type storeClientFlags struct {
 	server, device, mode string
-	timeout             time.Duration
+	timeout              time.Duration
 }
 
 func (o *storeClientFlags) add(cmd *cobra.Command) {
