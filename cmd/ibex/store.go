@@ -17,7 +17,7 @@ import (
 )
 
 // newStoreCmd is `ibex store`: the dataset server and the client tools.
-// Other files add subcommands here (the loader: newStoreLoadCmd).
+// The loader's `load` is in storeload.go.
 func newStoreCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "store",
@@ -27,6 +27,7 @@ func newStoreCmd() *cobra.Command {
 			"server RDMA WRITE them into their memory (--mode write), many ranges per request.",
 	}
 	cmd.AddCommand(newStoreServeCmd(), newStoreLsCmd(), newStoreGetCmd(), newStoreBenchCmd())
+	cmd.AddCommand(newStoreLoadCmd())
 	return cmd
 }
 
