@@ -36,7 +36,7 @@ func testSeed(t *testing.T) uint64 {
 // writeShards writes shards of the given sizes (random bytes from seed)
 // into a new directory, named shard-000.bin, ..., and returns the
 // directory and the contents.
-func writeShards(t *testing.T, seed uint64, sizes ...int) (string, [][]byte) {
+func writeShards(t testing.TB, seed uint64, sizes ...int) (string, [][]byte) {
 	t.Helper()
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
