@@ -120,6 +120,7 @@ type storeLoadReport struct {
 	// With --search.
 	MaxSamplesPerSecAtAU90 *float64         `json:"max_samples_per_sec_at_au90,omitempty"`
 	ComputePerBatchAtMax   *float64         `json:"compute_per_batch_at_max,omitempty"`
+	MeasuredComputeAtMax   *float64         `json:"measured_compute_per_batch_at_max,omitempty"`
 	SearchAtMinCompute     bool             `json:"search_at_min_compute,omitempty"`
 	SearchMethod           string           `json:"search_method,omitempty"`
 	SearchPoints           []storeLoadPoint `json:"search_points,omitempty"`
@@ -229,6 +230,8 @@ func runStoreLoad(ctx context.Context, o storeLoadOptions) (*storeLoadReport, er
 	if sr.Found {
 		rate, c := sr.MaxSamplesPerSec, sr.ComputePerBatch.Seconds()
 		rep.MaxSamplesPerSecAtAU90, rep.ComputePerBatchAtMax = &rate, &c
+		m := rep.SearchPoints[sr.Best].MeasuredCompute
+		rep.MeasuredComputeAtMax = &m
 	}
 	return rep, nil
 }
@@ -260,8 +263,12 @@ func (r *storeLoadReport) writeText(w io.Writer) {
 	if r.MaxSamplesPerSecAtAU90 == nil {
 		fmt.Fprintf(w, "max samples/s at AU >= 90%%: none found (AU < 90%% at every compute time tried)\n")
 	} else {
-		fmt.Fprintf(w, "max samples/s at AU >= 90%%: %.0f (%.1f MiB/s), compute %v per batch\n", *r.MaxSamplesPerSecAtAU90,
+		fmt.Fprintf(w, "max samples/s at AU >= 90%%: %.0f (%.1f MiB/s), compute %v per batch", *r.MaxSamplesPerSecAtAU90,
 			mib(*r.MaxSamplesPerSecAtAU90*float64(r.SampleSize)), seconds(*r.ComputePerBatchAtMax))
+		if r.MeasuredComputeAtMax != nil {
+			fmt.Fprintf(w, " (measured %v)", seconds(*r.MeasuredComputeAtMax).Round(100*time.Nanosecond))
+		}
+		fmt.Fprintln(w)
 		if r.SearchAtMinCompute {
 			fmt.Fprintf(w, "(the shortest compute time tried still kept AU >= 90%%: the source may be faster)\n")
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"time"
 )
 
@@ -15,11 +14,11 @@ import (
 type BenchConfig struct {
 	// Compute is the accelerator's time per batch. 0: none (the loader's
 	// own rate; AU is then 0). It is slept, but for its last 1.5 ms,
-	// which are spun yielding the processor (runtime.Gosched): Go's
-	// timers wake up to a millisecond late.
+	// which are spun (Go's timers wake up to a millisecond late): a
+	// compute time under 1.5 ms takes a core, as Spin does.
 	Compute time.Duration
-	// Spin busy-waits all of Compute, yielding to nothing: exact to the
-	// microsecond, at the cost of a core.
+	// Spin busy-waits all of Compute: exact to the microsecond, at the
+	// cost of a core.
 	Spin bool
 	// Batches is the number of batches measured, going on into the
 	// Loader's next epochs if it has them. 0: up to the end of the
@@ -157,9 +156,6 @@ func (c *realClock) compute(ctx context.Context, d time.Duration, spin bool) (ti
 	for n := 0; c.now()-t0 < d; n++ {
 		if n%256 == 0 && ctx.Err() != nil {
 			return c.now() - t0, ctx.Err()
-		}
-		if !spin {
-			runtime.Gosched() // the readers may have the CPU meanwhile
 		}
 	}
 	return c.now() - t0, nil

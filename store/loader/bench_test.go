@@ -146,6 +146,9 @@ func TestSearch(t *testing.T) {
 			if !res.Found || float64(least) < float64(edge)*(1-1e-9) || float64(least) > float64(edge)*1.05+1 {
 				t.Fatalf("rate %v start %v: least compute passing %v, want in [%v, %v x 1.05] (%d points)", rate, start, least, edge, edge, len(res.Points))
 			}
+			if b := res.Points[res.Best]; !b.Pass || b.Result.SamplesPerSec != res.MaxSamplesPerSec || b.Compute != res.ComputePerBatch {
+				t.Fatalf("rate %v start %v: Points[Best] %+v is not the answer", rate, start, b)
+			}
 			if math.Abs(res.MaxSamplesPerSec-rate)/rate > 1e-9 {
 				t.Fatalf("rate %v start %v: max %v samples/s, want the source's rate", rate, start, res.MaxSamplesPerSec)
 			}

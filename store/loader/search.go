@@ -45,9 +45,10 @@ type SearchResult struct {
 	AU     float64 // the target
 	Points []Point // every run, in order
 	// Found: some point passed. MaxSamplesPerSec is the highest samples/s
-	// measured at a passing point, ComputePerBatch that point's compute
-	// time.
+	// measured at a passing point, Points[Best], and ComputePerBatch its
+	// compute time.
 	Found            bool
+	Best             int
 	MaxSamplesPerSec float64
 	ComputePerBatch  time.Duration
 	// AtMin: the point at MinCompute passed, so the source may be faster
@@ -74,6 +75,7 @@ func Search(ctx context.Context, cfg SearchConfig, run func(ctx context.Context,
 		if p.Pass && (!res.Found || r.SamplesPerSec > res.MaxSamplesPerSec ||
 			r.SamplesPerSec == res.MaxSamplesPerSec && c < res.ComputePerBatch) {
 			res.Found, res.MaxSamplesPerSec, res.ComputePerBatch = true, r.SamplesPerSec, c
+			res.Best = len(res.Points) - 1
 		}
 		return p.Pass, nil
 	}
