@@ -11,25 +11,23 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ibex-rdma/ibex/internal/units"
-	"github.com/ibex-rdma/ibex/store"
 	"github.com/ibex-rdma/ibex/store/loader"
 )
 
 // storeLoadOptions are ibex store load's flags.
 type storeLoadOptions struct {
-	server, device, local, glob string
-	mode                        string
-	depth                       int
-	sampleSize                  string
-	batch, ahead, readers       int
-	seed, epoch                 uint64
-	dropLast                    bool
-	compute                     time.Duration
-	spin                        bool
-	batches                     int
-	search                      bool
-	searchBatches               int
-	json                        bool
+	client                storeClientFlags // --server, --device, --mode, --connect-timeout (store.go)
+	local, glob           string
+	sampleSize            int64
+	batch, ahead, readers int
+	seed, epoch           uint64
+	dropLast              bool
+	compute               time.Duration
+	spin                  bool
+	batches               int
+	search                bool
+	searchBatches         int
+	json                  bool
 }
 
 // newStoreLoadCmd is `ibex store load`: the loader's MLPerf Storage
@@ -42,16 +40,21 @@ func newStoreLoadCmd() *cobra.Command {
 		Long: "Read a dataset through store/loader as training would: samples of --sample-size bytes,\n" +
 			"cut from every file (or those matching --glob), in the shuffled order of (--seed, --epoch),\n" +
 			"--batch samples a batch, --ahead batches read ahead into buffers registered once.\n" +
-			"A simulated accelerator computes for --compute after each batch (a sleep; --spin: a busy\n" +
-			"wait). The run reports samples/s and AU = compute time / wall time, the clock starting\n" +
-			"when the first batch has arrived (MLPerf Storage excludes the first step's I/O); by\n" +
-			"default it runs one epoch (--batches: that many batches instead).\n\n" +
-			"--search then finds the highest samples/s that keeps AU >= 90%: " + loader.SearchMethod +
-			" (--search-batches per point, after --ahead+1 not counted).\n\n" +
-			"--server reads from an ibex store server over --device (--mode read: the client RDMA\n" +
-			"READs the server's buffers; write: the server WRITEs into the loader's); --local reads the files of a\n" +
-			"local directory with pread instead: the baseline row. --json prints one JSON object\n" +
-			"(seconds for every time: seconds, compute_per_batch, compute_per_batch_at_max).",
+			"A simulated accelerator computes for --compute after each batch (a sleep whose last\n" +
+			"1.5 ms are spun, as Go's timers wake late; --spin: all spun). The run reports samples/s\n" +
+			"and AU = compute time / wall time, the clock starting when the first batch has arrived\n" +
+			"(MLPerf Storage excludes the first step's I/O); by default it runs one epoch\n" +
+			"(--batches: that many batches instead).\n\n" +
+			"--search then finds the highest samples/s that keeps AU >= 90%: bisection on the\n" +
+			"compute time per batch from --compute (halved while AU >= 90%, doubled while below, then\n" +
+			"the bracket bisected geometrically to within 5%), each point --search-batches batches\n" +
+			"after --ahead+1 not counted; the answer is the highest samples/s measured at a point\n" +
+			"with AU >= 90%, with its compute time as asked and as measured.\n\n" +
+			"--server reads from an ibex store server (ibex store serve) over --device: --mode read,\n" +
+			"the client RDMA READs the server's buffers; write, the server WRITEs into the loader's.\n" +
+			"--local reads the files of a local directory with pread instead: the baseline row.\n" +
+			"--json prints one JSON object (times in seconds: seconds, compute_per_batch,\n" +
+			"compute_per_batch_at_max, measured_compute_per_batch_at_max).",
 		Example: "  ibex store load --local /dev/shm/ds --sample-size 128K --batch 16 --compute 20ms --search\n" +
 			"  ibex store load --server 10.0.0.1 --device udp0 --sample-size 128K --json",
 		Args: cobra.NoArgs,
@@ -73,13 +76,15 @@ func newStoreLoadCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.server, "server", "", "the store server's address (host or host:port)")
-	f.StringVarP(&o.device, "device", "d", "", "the device to reach --server on (default: the store client's)")
-	f.StringVar(&o.mode, "mode", "read", "how the store client's ranges travel: read (RDMA READs of the server's buffers) or write (the server WRITEs)")
-	f.IntVar(&o.depth, "depth", 0, "store client requests in flight (0: the client's default)")
+	// store.go's client flags, but for --server not required (--local
+	// is the other source).
+	f.StringVar(&o.client.server, "server", "", "the store server's host:port (port default 18520)")
+	f.StringVarP(&o.client.device, "device", "d", "", "verbs device to reach --server on (default: the first)")
+	f.StringVar(&o.client.mode, "mode", "read", "read (RDMA READ from the server's buffers) or write (the server WRITEs)")
+	f.DurationVar(&o.client.timeout, "connect-timeout", 10*time.Second, "how long to wait for the server")
 	f.StringVar(&o.local, "local", "", "read the files under `DIR` instead of a server (the baseline)")
 	f.StringVar(&o.glob, "glob", "", "read only files whose name matches this pattern (path.Match, e.g. 'train/*.bin')")
-	f.StringVar(&o.sampleSize, "sample-size", "", "bytes per sample (8, 64K, 1M, ...; required)")
+	f.Var(bytesFlag{&o.sampleSize}, "sample-size", "bytes per sample (8, 64K, 1M, ...; required)")
 	f.IntVarP(&o.batch, "batch", "b", loader.DefaultBatchSize, "samples per batch")
 	f.IntVar(&o.ahead, "ahead", loader.DefaultAhead, "batches read ahead of the accelerator")
 	f.IntVar(&o.readers, "readers", 0, "goroutines reading batches (0: --ahead)")
@@ -143,7 +148,7 @@ type storeLoadPoint struct {
 // openStoreSource returns the Source o names and what closes it.
 func openStoreSource(ctx context.Context, o storeLoadOptions) (loader.Source, string, func(), error) {
 	switch {
-	case o.local != "" && o.server != "":
+	case o.local != "" && o.client.server != "":
 		return nil, "", nil, errors.New("store load: --local and --server: give one")
 	case o.local != "":
 		src, err := loader.LocalSource(o.local)
@@ -151,29 +156,20 @@ func openStoreSource(ctx context.Context, o storeLoadOptions) (loader.Source, st
 			return nil, "", nil, err
 		}
 		return src, "local " + o.local, func() { src.Close() }, nil
-	case o.server != "":
-		mode, err := store.ParseMode(o.mode)
+	case o.client.server != "":
+		c, err := o.client.dial(ctx)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("store load: --mode %s: %w", o.mode, err)
+			return nil, "", nil, fmt.Errorf("store load: --server %s: %w", o.client.server, err)
 		}
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		c, err := store.Dial(dctx, store.ClientConfig{Server: o.server, Device: o.device, Mode: mode, Depth: o.depth})
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("store load: %w", err)
-		}
-		return c, fmt.Sprintf("server %s (%s mode)", o.server, mode), func() { c.Close() }, nil
+		return c, fmt.Sprintf("server %s (%s mode)", o.client.server, c.Mode()), func() { c.Close() }, nil
 	}
 	return nil, "", nil, errors.New("store load: want --server ADDR or --local DIR")
 }
 
 func runStoreLoad(ctx context.Context, o storeLoadOptions) (*storeLoadReport, error) {
-	if o.sampleSize == "" {
-		return nil, errors.New("store load: --sample-size: required")
-	}
-	ss, err := units.ParseBytes(o.sampleSize)
-	if err != nil || ss <= 0 || ss > 1<<31 {
-		return nil, fmt.Errorf("store load: --sample-size %s: want a size in bytes from 1 to 2G, like 4096 or 128K", o.sampleSize)
+	ss := o.sampleSize
+	if ss <= 0 || ss > 1<<31 {
+		return nil, fmt.Errorf("store load: --sample-size %d: want a size in bytes from 1 to 2G, like 4096 or 128K (required)", ss)
 	}
 	if o.batch <= 0 || o.ahead <= 0 {
 		return nil, fmt.Errorf("store load: --batch %d --ahead %d: want both > 0", o.batch, o.ahead)

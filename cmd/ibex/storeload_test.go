@@ -79,8 +79,8 @@ func TestStoreLoadErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--sample-size", "4K"}, "want --server ADDR or --local DIR"},
-		{[]string{"--local", dir}, "--sample-size: required"},
-		{[]string{"--local", dir, "--sample-size", "x"}, "--sample-size x"},
+		{[]string{"--local", dir}, "--sample-size 0: want a size in bytes"},
+		{[]string{"--local", dir, "--sample-size", "x"}, `invalid argument "x" for "--sample-size"`},
 		{[]string{"--local", dir, "--sample-size", "4K"}, `shard "s00.bin": 1000 bytes, smaller than one sample`},
 		{[]string{"--local", dir, "--server", "h", "--sample-size", "100"}, "give one"},
 		{[]string{"--local", dir, "--sample-size", "100", "--glob", "x*"}, `Glob "x*": no file of 1 matches`},
@@ -106,7 +106,7 @@ func TestStoreLoadServer(t *testing.T) {
 	defer srv.Close()
 	for _, args := range [][]string{
 		{"--server", srv.Addr().String(), "--device", "loop0"},
-		{"--server", srv.Addr().String(), "--device", "loop0", "--mode", "write", "--depth", "4"},
+		{"--server", srv.Addr().String(), "--device", "loop0", "--mode", "write"},
 		{"--local", dir},
 	} {
 		out, err := runStoreLoadCmd(t, append(args, "--sample-size", "4K", "--batch", "4", "--compute", "100us", "--json")...)
@@ -122,7 +122,7 @@ func TestStoreLoadServer(t *testing.T) {
 		}
 		t.Logf("%s: %.0f samples/s, AU %.3f", m["source"], m["samples_per_sec"], m["au"])
 	}
-	if _, err := runStoreLoadCmd(t, "--server", srv.Addr().String(), "--device", "loop0", "--mode", "sideways", "--sample-size", "4K"); err == nil || !strings.Contains(err.Error(), "--mode sideways") {
+	if _, err := runStoreLoadCmd(t, "--server", srv.Addr().String(), "--device", "loop0", "--mode", "sideways", "--sample-size", "4K"); err == nil || !strings.Contains(err.Error(), "sideways") {
 		t.Fatalf("--mode sideways: %v", err)
 	}
 	if st := srv.Stats(); st.ClientsTotal != 2 {
