@@ -114,7 +114,7 @@ func (h header) encode(b []byte) {
 
 // decodeHeader checks a header READ from an index of indexLen bytes.
 func decodeHeader(b []byte, indexLen uint64) (header, bool) {
-	if len(b) < hdrSize || le64(b) != hdrMagic || le32(b[56:]) != crc(b[:56]) {
+	if len(b) < hdrSize || le64(b) != hdrMagic || le64(b[56:]) != uint64(crc(b[:56])) {
 		return header{}, false
 	}
 	h := header{gen: le64(b[8:]), buckets: le64(b[16:]), table: le64(b[24:]), seed: le64(b[32:])}

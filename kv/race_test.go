@@ -173,6 +173,14 @@ func readLoop(ctx context.Context, c *kv.Client, p progress, nkeys int, seed uin
 // raceRun runs writers and readers against srvAddr for d, all in this
 // process.
 func raceRun(t *testing.T, addr, device string, p progress, nkeys, writers, readers int, d time.Duration) {
+	t.Helper()
+	for _, err := range raceErrs(t, addr, device, p, nkeys, writers, readers, d) {
+		t.Error(err)
+	}
+}
+
+// raceErrs runs the race check and returns what it found wrong.
+func raceErrs(t *testing.T, addr, device string, p progress, nkeys, writers, readers int, d time.Duration) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -208,8 +216,9 @@ func raceRun(t *testing.T, addr, device string, p progress, nkeys, writers, read
 	}
 	wg.Wait()
 	close(errs)
+	var found []error
 	for err := range errs {
-		t.Error(err)
+		found = append(found, err)
 	}
 	var cs kv.ClientStats
 	for _, c := range clients[writers:] {
@@ -224,8 +233,9 @@ func raceRun(t *testing.T, addr, device string, p progress, nkeys, writers, read
 	t.Logf("%d PUTs, %d GETs checked; readers: cache hits %d, stale cache %d, torn buckets %d, torn entries %d, stale entries %d, header reads %d",
 		puts.Load(), gets.Load(), cs.CacheHits, cs.CacheStale, cs.TornBuckets, cs.TornEntries, cs.StaleEntries, cs.HeaderReads)
 	if gets.Load() == 0 || (writers > 0 && puts.Load() == 0) {
-		t.Errorf("nothing checked: %d PUTs, %d GETs", puts.Load(), gets.Load())
+		found = append(found, fmt.Errorf("nothing checked: %d PUTs, %d GETs", puts.Load(), gets.Load()))
 	}
+	return found
 }
 
 // TestRace: writers and one-sided readers racing in one process over
@@ -241,4 +251,19 @@ func TestRace(t *testing.T) {
 	if st.Resizes < 3 {
 		t.Errorf("%d resizes during the race, want ≥ 3", st.Resizes)
 	}
+}
+
+// TestRaceCatchesStale: the check is strong enough to see a server that
+// forgets to mark superseded entries dead (a reader going straight to
+// the entry it cached then returns an older value).
+func TestRaceCatchesStale(t *testing.T) {
+	t.Cleanup(kv.SetFaultNoDeadMark()) // after the server's cleanup
+	const nkeys = 50
+	srv := startServer(t, kv.ServerConfig{Device: "loop0", Values: 64 << 20, MaxValue: 1<<20 + 64})
+	p := make(progress, 2*nkeys)
+	errs := raceErrs(t, srv.Addr(), "loop0", p, nkeys, 1, 2, 2*time.Second)
+	if len(errs) == 0 {
+		t.Fatal("the race check found nothing wrong with a server that leaves superseded entries live")
+	}
+	t.Logf("caught: %v", errs[0])
 }
