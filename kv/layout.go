@@ -157,11 +157,10 @@ func sealBucket(b []byte) { put32(b, crc(b[4:bucketSize])) }
 // value.
 func entryLen(k, v int) uint64 { return align(uint64(entryHdr+k+v), 8) + 8 }
 
-// entryCRC is the checksum an entry carries.
-func entryCRC(ver uint64, meta, key, val []byte) uint32 {
-	var v [8]byte
-	put64(v[:], ver)
-	c := crc(v[:])
+// entryCRC is the checksum an entry carries; ver is the version's 8
+// bytes (the entry's trailer, which holds it).
+func entryCRC(ver, meta, key, val []byte) uint32 {
+	c := crc(ver)
 	c = crcMore(c, meta)
 	c = crcMore(c, key)
 	return crcMore(c, val)
@@ -184,8 +183,8 @@ func writeEntry(e []byte, ver, hash uint64, key, val []byte, vlen int) {
 	for i := end; i < len(e)-8; i++ {
 		e[i] = 0
 	}
-	put32(e[24:], entryCRC(ver, e[8:24], key, e[entryHdr+len(key):end]))
 	put64(e[len(e)-8:], ver)
+	put32(e[24:], entryCRC(e[len(e)-8:], e[8:24], key, e[entryHdr+len(key):end]))
 	atomicStore64(e, ver)
 }
 
@@ -228,7 +227,7 @@ func checkEntry(e []byte, ver uint64, key []byte) ([]byte, entryStatus) {
 		return nil, entryTorn
 	}
 	kb, vb := e[entryHdr:entryHdr+k], e[entryHdr+k:entryHdr+k+v]
-	if le32(e[24:]) != entryCRC(ver, e[8:24], kb, vb) {
+	if le32(e[24:]) != entryCRC(e[len(e)-8:], e[8:24], kb, vb) {
 		return nil, entryTorn
 	}
 	if string(kb) != string(key) {

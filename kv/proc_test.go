@@ -118,7 +118,7 @@ type proc struct {
 	mu  sync.Mutex
 }
 
-func startProc(t *testing.T, role string, env ...string) *proc {
+func startProc(t testing.TB, role string, env ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), "IBEX_KV_CHILD="+role), env...)
@@ -150,7 +150,7 @@ func startProc(t *testing.T, role string, env ...string) *proc {
 }
 
 // line reads the child's next line with the given prefix.
-func (p *proc) line(t *testing.T, prefix string) string {
+func (p *proc) line(t testing.TB, prefix string) string {
 	t.Helper()
 	type res struct {
 		s   string
