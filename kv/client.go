@@ -105,7 +105,6 @@ type Client struct {
 	rpcID    []uint64
 	nextID   uint64
 	hdrBusy  bool
-	hdrWant  bool
 	inflight int // READs and SENDs posted, not yet completed
 	wcs      []verbs.WC
 	wr       [1]verbs.SendWR

@@ -56,8 +56,10 @@ func TestGetAllocs(t *testing.T) {
 	}
 }
 
-// TestServerSeesNoGets: a million GETs... or a hundred thousand here:
-// the server's request counter moves only by the STATS that reads it.
+// TestServerSeesNoGets: through 32000 GETs (from the buckets, the cache
+// off) the server's request counter moves only by the STATS that reads
+// it: no GET reaches the server's CPU. (BenchmarkGet and ibex kv bench
+// report the server process's CPU time per million GETs.)
 func TestServerSeesNoGets(t *testing.T) {
 	srv := startServer(t, kv.ServerConfig{Device: "loop0"})
 	ctx := testCtx(t)
@@ -69,10 +71,13 @@ func TestServerSeesNoGets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := make([]byte, 8)
-	for i := 0; i < 100000; i++ {
-		if _, found, err := c.Get(ctx, []byte("k"), dst); err != nil || !found {
-			t.Fatal(found, err)
+	ops := make([]kv.Op, 32)
+	for i := range ops {
+		ops[i] = kv.Op{Kind: kv.OpGet, Key: []byte("k"), Value: make([]byte, 8)}
+	}
+	for i := 0; i < 1000; i++ {
+		if err := c.Do(ctx, ops); err != nil || !ops[31].Found {
+			t.Fatal(err)
 		}
 	}
 	after, err := c.ServerStats(ctx)
@@ -80,7 +85,7 @@ func TestServerSeesNoGets(t *testing.T) {
 		t.Fatal(err)
 	}
 	if after.Requests != before.Requests+1 {
-		t.Fatalf("the server saw %d requests during 100000 GETs", after.Requests-before.Requests-1)
+		t.Fatalf("the server saw %d requests during 32000 GETs", after.Requests-before.Requests-1)
 	}
 }
 

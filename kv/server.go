@@ -176,7 +176,6 @@ type pendingPut struct {
 	class int
 	klen  int
 	vlen  int
-	hash  uint64
 }
 
 // ServerStats are the server's counters, as STATS returns them.
