@@ -86,14 +86,16 @@ type Client struct {
 	allocMu sync.Mutex
 	regions atomic.Pointer[[]region]
 
-	sendMu sync.Mutex // orders requests: taking releases and posting
-	mu     sync.Mutex // guards rel, err, every batch's fields and slot.b
-	rel    []uint32   // READ: buffers read and not yet released
-	err    error
-	done   chan struct{} // closed when the client fails or closes
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	sendMu   sync.Mutex // orders requests: taking releases and posting
+	mu       sync.Mutex // guards rel, err, every batch's fields and slot.b
+	rel      []uint32   // READ: buffers read and not yet released
+	inflight int        // requests sent and not finished
+	relBatch *batch     // the batch of release-only requests (never done)
+	err      error
+	done     chan struct{} // closed when the client fails or closes
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 
 	// Owned by the poller goroutine.
 	wcs  [64]verbs.WC
@@ -221,6 +223,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 		c.batches <- &batch{done: make(chan struct{}, 1)}
 	}
 	c.rel = make([]uint32, 0, MaxHeldLimit)
+	c.relBatch = &batch{done: make(chan struct{}, 1)}
 	c.regions.Store(&[]region{})
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(2)
@@ -477,6 +480,7 @@ func (c *Client) send(si int) error {
 		encodeRange(buf, nrel, i, rr)
 	}
 	s.b.remaining++
+	c.inflight++
 	c.mu.Unlock()
 	s.ssge[0] = verbs.SGE{Addr: c.msg.Addr() + uint64(c.sendOff(si)), Length: uint32(requestLen(s.n, nrel)), LKey: c.msg.LKey()}
 	s.swr[0] = verbs.SendWR{ID: kindSend | uint64(si), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: s.ssge[:]}
@@ -523,14 +527,35 @@ func (c *Client) completion(wc *verbs.WC) error {
 		if err := c.postRecv(id); err != nil {
 			return fmt.Errorf("store: post receive: %w", err)
 		}
+		c.flushReleases()
 	case kindRead:
 		c.mu.Lock()
 		s := &c.slots[id]
 		c.rel = append(c.rel, s.bufs[:s.nbufs]...)
 		c.finishLocked(id)
 		c.mu.Unlock()
+		c.flushReleases()
 	}
 	return nil
+}
+
+// flushReleases sends the pending releases in a request of their own
+// when no request is in flight to carry them: an idle client holds no
+// pool buffers.
+func (c *Client) flushReleases() {
+	c.mu.Lock()
+	idle := c.inflight == 0 && len(c.rel) > 0 && c.err == nil
+	c.mu.Unlock()
+	if !idle {
+		return
+	}
+	select {
+	case si := <-c.freeSlots:
+		s := &c.slots[si]
+		s.b, s.n, s.nbufs = c.relBatch, 0, 0
+		_ = c.send(si) // a failure fails the client
+	default:
+	}
 }
 
 // answer handles a response: errors noted, READ mode's READs posted.
@@ -606,6 +631,7 @@ func (c *Client) finishLocked(si int) {
 	b := s.b
 	s.b = nil
 	b.remaining--
+	c.inflight--
 	if b.allSent && b.remaining == 0 {
 		if b.abandoned {
 			b.remaining, b.allSent, b.abandoned, b.err = 0, false, false, nil

@@ -222,8 +222,15 @@ func (c *sconn) loop() {
 // fail marks the client's QP as failed: the loop ends and teardown frees
 // its buffers.
 func (c *sconn) fail() {
-	if !c.failed {
-		c.failed = true
+	if c.failed {
+		return
+	}
+	c.failed = true
+	select {
+	case <-c.cmc.Done():
+		// The client closed: its QP's end is no failure of its own.
+	case <-c.ctx.Done():
+	default:
 		c.s.st.qpFailed.Add(1)
 	}
 }

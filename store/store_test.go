@@ -160,9 +160,28 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkBatch(t, files, want, exts, dst)
+			// An idle client holds no buffer: its last releases went
+			// out on their own.
+			waitPoolFree(t, s)
 		})
 	}
 	waitPoolFull(t, s)
+}
+
+// waitPoolFree waits until every pool buffer is free.
+func waitPoolFree(t testing.TB, s *Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := s.Stats()
+		if st.PoolFree == st.PoolBuffers {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool has %d of %d buffers free", st.PoolFree, st.PoolBuffers)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // waitPoolFull waits until every pool buffer is free and no client is
