@@ -45,6 +45,9 @@ func TestMain(m *testing.M) {
 // and checks them against the files in STORE_DIR, then prints "ok";
 // "loop" prints "running" after its first batch and reads until killed.
 func runChild(role string) error {
+	if role == "daemon" {
+		return runDaemon()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	mode, err := ParseMode(os.Getenv("STORE_MODE"))
@@ -126,13 +129,16 @@ var (
 	udpErr  error
 )
 
+// addUDP adds the udp device the servers of these tests use.
+func addUDP() { udpErr = udp.AddDevice("st-udp120", netip.MustParseAddrPort("127.0.0.120:0")) }
+
 // TestProcesses: a server in this process and clients in others, over
 // shm0 and udp0 (devices on 127.0.0.120 and .121), in both modes, checked
 // byte for byte by the child.
 func TestProcesses(t *testing.T) {
 	dir := t.TempDir()
 	dataset(t, dir, testSizes, 7)
-	udpOnce.Do(func() { udpErr = udp.AddDevice("st-udp120", netip.MustParseAddrPort("127.0.0.120:0")) })
+	udpOnce.Do(addUDP)
 	if udpErr != nil {
 		t.Fatal(udpErr)
 	}
