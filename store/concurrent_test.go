@@ -32,7 +32,7 @@ func TestConcurrentClients(t *testing.T) {
 				defer wg.Done()
 				r := rand.New(rand.NewPCG(seed, 0))
 				files := c.Files()
-				for round := 0; round < 8; round++ {
+				for round := 0; round < 5; round++ {
 					exts, dst := randomBatch(r, files, 40, 100_000, mem)
 					if err := c.ReadBatch(ctx, exts, dst); err != nil {
 						errs <- err

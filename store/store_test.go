@@ -140,7 +140,7 @@ func TestRoundTrip(t *testing.T) {
 			r := rand.New(rand.NewPCG(2, uint64(mode)))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			for round := 0; round < 10; round++ {
+			for round := 0; round < 6; round++ {
 				clear(mem)
 				exts, dst := randomBatch(r, files, 150, 300_000, mem)
 				if err := c.ReadBatch(ctx, exts, dst); err != nil {
