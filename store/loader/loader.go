@@ -113,7 +113,6 @@ type Loader struct {
 	ds      *Dataset
 	nb      int64 // batches per epoch
 	total   int64 // batches in all epochs (MaxInt64: no end)
-	mem     []byte
 	batches []Batch
 
 	ctx    context.Context // cancelled by Close; the readers' reads use it
@@ -162,7 +161,6 @@ func New(cfg Config) (*Loader, error) {
 	if len(mem) < slots*bufSize {
 		return nil, fmt.Errorf("loader: alloc %d bytes: got %d", slots*bufSize, len(mem))
 	}
-	l.mem = mem
 	l.perm = make([]uint32, ds.Len())
 	l.batches = make([]Batch, slots)
 	l.free = make(chan *Batch, slots)
