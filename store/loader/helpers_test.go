@@ -29,7 +29,7 @@ func testSeed(t *testing.T) uint64 {
 	if s == 0 {
 		s = uint64(time.Now().UnixNano())
 	}
-	t.Logf("seed %d (replay: go test -run '^%s$' -seed %d)", s, t.Name(), s)
+	t.Logf("seed %d (replay: go test ./store/loader -run '^%s$' -args -seed %d)", s, t.Name(), s)
 	return s
 }
 
