@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -68,5 +69,76 @@ func TestCancelAndWait(t *testing.T) {
 			t.Fatalf("ReadBatch after the server closed: %v, want ErrClosed", err)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestMaxClients: a client past MaxClients is refused with the reason; the
+// first goes on; when it leaves, the next is let in.
+func TestMaxClients(t *testing.T) {
+	dir := t.TempDir()
+	dataset(t, dir, []int64{1000}, 15)
+	s := startServer(t, ServerConfig{Dir: dir, PoolBytes: 1 << 20, ChunkBytes: 64 << 10, MaxClients: 1})
+	c := dial(t, s, "loop0", ModeRead, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := Dial(ctx, ClientConfig{Server: s.Addr().String(), Device: "loop0"})
+	if err == nil || !strings.Contains(err.Error(), "too many clients (1 of 1)") {
+		t.Fatalf("second client: %v, want too many clients", err)
+	}
+	if st := s.Stats(); st.Rejected != 1 || st.Clients != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	_ = c.Close()
+	for deadline := time.Now().Add(10 * time.Second); s.Stats().Clients != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the server kept the closed client")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	c2 := dial(t, s, "loop0", ModeWrite, 2)
+	if len(c2.Files()) != 1 {
+		t.Fatal("no files")
+	}
+}
+
+// TestConfig: every bad field is named.
+func TestConfig(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		cfg  ServerConfig
+		want string
+	}{
+		{ServerConfig{}, "Dir: empty"},
+		{ServerConfig{Dir: dir, ChunkBytes: 100}, "ChunkBytes 100"},
+		{ServerConfig{Dir: dir, ChunkBytes: 5000, Direct: true}, "ChunkBytes 5000: Direct"},
+		{ServerConfig{Dir: dir, PoolBytes: 4096, ChunkBytes: 8192}, "PoolBytes 4096"},
+		{ServerConfig{Dir: dir, MaxClients: -1}, "MaxClients -1"},
+		{ServerConfig{Dir: dir, MaxDepth: 2000}, "MaxDepth 2000"},
+		{ServerConfig{Dir: dir, MaxBatch: 65}, "MaxBatch 65"},
+		{ServerConfig{Dir: dir, MaxHeld: 300}, "MaxHeld 300"},
+		{ServerConfig{Dir: dir, PoolBytes: 8192, ChunkBytes: 4096, MaxHeld: 3}, "MaxHeld 3: more than the pool's 2"},
+		{ServerConfig{Dir: dir + "/nope", Device: "loop0"}, "nope"},
+		{ServerConfig{Dir: dir, Device: "nope0"}, "nope0"},
+	} {
+		s, err := NewServer(tc.cfg)
+		if err == nil {
+			_ = s.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error with %q", tc.cfg, err, tc.want)
+		}
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		cfg  ClientConfig
+		want string
+	}{
+		{ClientConfig{}, "Server: empty"},
+		{ClientConfig{Server: "x:1", Mode: 7}, "Mode 7"},
+		{ClientConfig{Server: "x:1", Depth: -1}, "Depth -1"},
+	} {
+		if _, err := Dial(ctx, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: %v, want ErrConfig with %q", tc.cfg, err, tc.want)
+		}
 	}
 }
