@@ -78,6 +78,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newCheckCmd())
 	root.AddCommand(newCaptureCmd())
 	root.AddCommand(newAttackCmd())
+	root.AddCommand(newKVCmd())
 	root.AddCommand(newDevicesCmd(), newDemoCmd(), newPerfCmd(), newCollCmd(), newSimCmd(), newDaemonCmd(), newStatCmd(), newStoreCmd(), newVersionCmd())
 	return root
 }
