@@ -107,8 +107,6 @@ type Client struct {
 	hdrBusy  bool
 	inflight int // READs and SENDs posted, not yet completed
 	wcs      []verbs.WC
-	wr       [1]verbs.SendWR
-	sge      [1]verbs.SGE
 	rwr      [1]verbs.RecvWR
 	rsge     [1]verbs.SGE
 	ost      []uint8 // by op: osNew, osBusy, osDone
@@ -117,8 +115,8 @@ type Client struct {
 	rpcOut   int
 	putSlot  int
 	one      [1]Op
-	wrs      [2]verbs.SendWR
-	sges     [2]verbs.SGE
+	pend     []verbs.SendWR // queued for the next flush
+	psge     []verbs.SGE    // their SGEs
 	lastStat ServerStats
 	curOps   []Op
 	watched  chan struct{}

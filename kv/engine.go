@@ -42,6 +42,8 @@ func (c *Client) setup(ctx context.Context) error {
 	c.rpcOp = make([]int, credits)
 	c.rpcID = make([]uint64, credits)
 	c.wcs = make([]verbs.WC, 2*c.cfg.Pipeline+2*credits+2)
+	c.pend = make([]verbs.SendWR, 0, 2*c.cfg.Pipeline+credits+1)
+	c.psge = make([]verbs.SGE, cap(c.pend))
 	if c.cfg.Cache > 0 {
 		c.cache = make([]cacheEnt, c.cfg.Cache)
 	}
@@ -77,15 +79,39 @@ func (c *Client) slotMem(gi int) []byte {
 	return c.stage.bytes()[off : off+c.cfg.SlotSize]
 }
 
-// read posts one READ of n bytes at remote into local (an MR offset).
-func (c *Client) read(id uint64, local *verbs.MR, loff uint64, rkey uint32, raddr uint64, n uint32) {
-	c.sge[0] = verbs.SGE{Addr: local.Addr() + loff, Length: n, LKey: local.LKey()}
-	c.wr[0] = verbs.SendWR{ID: id, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: c.sge[:], RemoteAddr: raddr, RKey: rkey}
-	if err := c.qp.PostSend(c.wr[:]); err != nil {
-		c.fail(fmt.Errorf("kv: post READ: %w", err))
-		return
+// queue adds a work request to the ones the next flush posts, with its
+// one SGE (if any) kept beside it.
+func (c *Client) queue(wr verbs.SendWR, sge verbs.SGE, hasSGE bool) {
+	if len(c.pend) == cap(c.pend) {
+		c.flush()
+	}
+	i := len(c.pend)
+	c.pend = c.pend[:i+1]
+	c.pend[i] = wr
+	if hasSGE {
+		c.psge[i] = sge
+		c.pend[i].SGL = c.psge[i : i+1]
 	}
 	c.inflight++
+}
+
+// flush posts the queued work requests with one PostSend: the READs of
+// every GET that moved on since the last flush go out together.
+func (c *Client) flush() {
+	if len(c.pend) == 0 {
+		return
+	}
+	if err := c.qp.PostSend(c.pend); err != nil {
+		c.fail(fmt.Errorf("kv: post: %w", err))
+	}
+	clear(c.pend)
+	c.pend = c.pend[:0]
+}
+
+// read queues one READ of n bytes at remote into local (an MR offset).
+func (c *Client) read(id uint64, local *verbs.MR, loff uint64, rkey uint32, raddr uint64, n uint32) {
+	c.queue(verbs.SendWR{ID: id, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, RemoteAddr: raddr, RKey: rkey},
+		verbs.SGE{Addr: local.Addr() + loff, Length: n, LKey: local.LKey()}, true)
 	c.stats.Reads++
 }
 
@@ -95,6 +121,7 @@ func (c *Client) postHeader() {
 	}
 	c.hdrBusy = true
 	c.read(uint64(cwHdr)<<56, c.stage.mr, 0, c.si.indexRKey, c.si.indexAddr, hdrSize)
+	c.flush()
 }
 
 func (c *Client) fail(err error) {
@@ -125,6 +152,7 @@ func (c *Client) exec(ctx context.Context, ops []Op) error {
 	c.ost = c.ost[:len(ops)]
 	clear(c.ost)
 	c.done, c.cancel = 0, nil
+	nextGet := 0
 	c.curOps = ops
 	defer func() { c.curOps = nil }()
 	next := 0
@@ -132,12 +160,22 @@ func (c *Client) exec(ctx context.Context, ops []Op) error {
 		if c.cancel == nil && ctx.Err() != nil {
 			c.cancel = ctx.Err()
 		}
+		// GETs first: on a transport where a READ waits for the SENDs
+		// posted before it (shm), a batch's READs must not queue behind
+		// its PUTs. Ops of one batch are concurrent: their order is not
+		// an order of effects.
+		for ; nextGet < len(ops) && c.cancel == nil && c.err == nil && len(c.freeG) > 0; nextGet++ {
+			if ops[nextGet].Kind == OpGet && c.ost[nextGet] == osNew {
+				c.start(ops, nextGet)
+			}
+		}
 		for next < len(ops) && c.cancel == nil && c.err == nil {
-			if !c.start(ops, next) {
+			if c.ost[next] == osNew && !c.start(ops, next) {
 				break
 			}
 			next++
 		}
+		c.flush()
 		if c.cancel != nil {
 			for ; next < len(ops); next++ {
 				c.finish(ops, next, c.cancel)
@@ -194,6 +232,7 @@ func (c *Client) pollOnce(ctx context.Context) error {
 	for i := range c.wcs[:n] {
 		c.complete(&c.wcs[i])
 	}
+	c.flush()
 	return nil
 }
 
@@ -294,19 +333,14 @@ func (c *Client) request(ops []Op, i int, remote bool) {
 	if o.Kind == OpPut && !remote {
 		n += copy(buf[n:], o.Value)
 	}
-	c.wr[0] = verbs.SendWR{ID: uint64(cwSend) << 56, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}
+	wr := verbs.SendWR{ID: uint64(cwSend) << 56, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}
 	if n <= 256 {
-		c.wr[0].Flags |= verbs.SendInline
-		c.wr[0].Inline = buf[:n]
+		wr.Flags |= verbs.SendInline
+		wr.Inline = buf[:n]
+		c.queue(wr, verbs.SGE{}, false)
 	} else {
-		c.sge[0] = verbs.SGE{Addr: c.rpcMem.mr.Addr() + uint64(r*int(c.si.reqSize)), Length: uint32(n), LKey: c.rpcMem.mr.LKey()}
-		c.wr[0].SGL = c.sge[:]
+		c.queue(wr, verbs.SGE{Addr: c.rpcMem.mr.Addr() + uint64(r*int(c.si.reqSize)), Length: uint32(n), LKey: c.rpcMem.mr.LKey()}, true)
 	}
-	if err := c.qp.PostSend(c.wr[:]); err != nil {
-		c.fail(fmt.Errorf("kv: post request: %w", err))
-		return
-	}
-	c.inflight++
 	c.rpcOut++
 }
 
@@ -322,17 +356,9 @@ func (c *Client) readBuckets(ops []Op, gi int) {
 	mr := c.stage.mr
 	loff := uint64(hdrSize + gi*c.cfg.SlotSize)
 	for w, b := range [2]uint64{g.b1, g.b2} {
-		c.sges[w] = verbs.SGE{Addr: mr.Addr() + loff + uint64(w*bucketSize), Length: bucketSize, LKey: mr.LKey()}
-		c.wrs[w] = verbs.SendWR{ID: uint64(cwBucket)<<56 | uint64(gi), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
-			SGL: c.sges[w : w+1], RemoteAddr: base + b*bucketSize, RKey: c.si.indexRKey}
-	}
-	if err := c.qp.PostSend(c.wrs[:]); err != nil {
-		c.fail(fmt.Errorf("kv: post READ: %w", err))
-		return
+		c.read(uint64(cwBucket)<<56|uint64(gi), mr, loff+uint64(w*bucketSize), c.si.indexRKey, base+b*bucketSize, bucketSize)
 	}
 	g.pending = 2
-	c.inflight += 2
-	c.stats.Reads += 2
 }
 
 func (c *Client) maxEntry() uint64 { return entryLen(int(c.si.maxKey), int(c.si.maxValue)) }

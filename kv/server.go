@@ -111,6 +111,10 @@ func (c *ServerConfig) setDefaults() error {
 	return nil
 }
 
+// spinFor is how long the worker polls after its last completion before
+// it sleeps.
+const spinFor = 50 * time.Microsecond
+
 // faultNoDeadMark, set by a test, leaves a superseded entry unmarked:
 // the race check must then catch a GET that returns an older value.
 var faultNoDeadMark bool
@@ -460,8 +464,19 @@ func (s *Server) postRecv(c *srvClient, i int) error {
 // completes here, in order, under s.mu.
 func (s *Server) work() error {
 	wcs := make([]verbs.WC, 64)
+	var last time.Time
 	for {
-		n, err := s.cq.PollWait(s.ctx, wcs)
+		// After work, keep polling for a while (which also drives a
+		// software transport's progress in this goroutine) before going
+		// to sleep: a client's next request usually follows at once.
+		n, err := s.cq.Poll(wcs)
+		for n == 0 && err == nil && time.Since(last) < spinFor {
+			n, err = s.cq.Poll(wcs)
+		}
+		if n == 0 && err == nil {
+			n, err = s.cq.PollWait(s.ctx, wcs)
+		}
+		last = time.Now()
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return nil
