@@ -91,7 +91,7 @@ func routedModes() []string {
 // MTU is 4200 (IB MTU 4096) unless IBEX_TEST_VETH_MTU sets another.
 func TestNetnsRoutedLoss(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: 256 MiB network-namespace transfers take tens of seconds")
+		t.Skipf("-short: %d MiB network-namespace transfers take tens of seconds", routedSize>>20)
 	}
 	for _, mode := range routedModes() {
 		t.Run("xdp="+mode, func(t *testing.T) {
