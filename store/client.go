@@ -72,7 +72,8 @@ type Client struct {
 	vc    *verbs.Context
 	pd    *verbs.PD
 	cq    *verbs.CQ
-	qp    *verbs.QP
+	qp    *verbs.QP // requests and responses
+	dqp   *verbs.QP // RDMA READs (see hello)
 	conn  *cm.Conn
 	msg   *verbs.MR // send buffers (depth × reqBufLen), then receive buffers
 	depth int
@@ -175,19 +176,27 @@ func Dial(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 	}
 	depth := cfg.Depth
 	c.nrecv = 2 * depth
-	sq := depth*(MaxBatchLimit+1) + 8
-	if c.cq, err = c.vc.CreateCQ(sq + c.nrecv + 8); err != nil {
+	sq := depth*MaxBatchLimit + 8
+	if c.cq, err = c.vc.CreateCQ(sq + depth + c.nrecv + 16); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	if c.qp, err = c.pd.CreateQP(verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq,
-		Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: c.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		Cap: verbs.QPCap{MaxSendWR: depth + 8, MaxRecvWR: c.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if c.dqp, err = c.pd.CreateQP(verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq,
+		Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	if c.msg, err = c.pd.AllocMR(depth*reqBufLen+c.nrecv*respBufLen, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	c.depth = depth
-	c.conn, err = cm.Dial(ctx, cfg.Server, c.qp, hello{depth: depth}.encode(), cm.Options{Ready: func(*verbs.QP) error {
+	hb, err := hello{depth: depth, data: c.dqp.Info()}.encode()
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	c.conn, err = cm.Dial(ctx, cfg.Server, c.qp, hb, cm.Options{Ready: func(*verbs.QP) error {
 		for i := 0; i < c.nrecv; i++ {
 			if err := c.postRecv(i); err != nil {
 				return err
@@ -200,6 +209,9 @@ func Dial(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 	}
 	if c.w, err = decodeWelcome(c.conn.Private()); err != nil {
 		return nil, err
+	}
+	if err := c.dqp.Connect(c.w.data, verbs.ConnectOptions{}); err != nil {
+		return nil, fmt.Errorf("store: data QP: %w", err)
 	}
 	c.depth = min(depth, c.w.depth)
 	c.per = c.w.maxBatch
@@ -246,7 +258,7 @@ func (c *Client) readCatalog(ctx context.Context) ([]FileInfo, error) {
 		return nil, fmt.Errorf("store: file list of %d bytes: %w", c.w.catLen, err)
 	}
 	defer mr.Dereg()
-	err = c.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+	err = c.dqp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{{Addr: mr.Addr(), Length: uint32(c.w.catLen), LKey: mr.LKey()}}, RemoteAddr: c.w.catAddr, RKey: c.w.catRKey}})
 	if err != nil {
 		return nil, fmt.Errorf("store: file list: %w", err)
@@ -573,6 +585,11 @@ func (c *Client) answer(m []byte) error {
 	if b == nil {
 		return fmt.Errorf("store: %w: response to request %d, not in flight", ErrProtocol, si)
 	}
+	if st != msgOK && s.n == 0 {
+		// Only releases: the server disagrees about what this client
+		// holds, which a correct client never causes.
+		return fmt.Errorf("store: %w: server rejected a release: %v", ErrProtocol, st)
+	}
 	if st != msgOK {
 		c.mu.Lock()
 		if b.err == nil {
@@ -619,7 +636,7 @@ func (c *Client) answer(m []byte) error {
 		return nil
 	}
 	s.wrs[nw-1].Flags = verbs.SendSignaled
-	if err := c.qp.PostSend(s.wrs[:nw]); err != nil {
+	if err := c.dqp.PostSend(s.wrs[:nw]); err != nil {
 		return fmt.Errorf("store: post RDMA READ: %w", err)
 	}
 	return nil
@@ -678,6 +695,9 @@ func (c *Client) release() {
 	}
 	if c.qp != nil {
 		_ = c.qp.Destroy()
+	}
+	if c.dqp != nil {
+		_ = c.dqp.Destroy()
 	}
 	if c.cq != nil {
 		_ = c.cq.Destroy()

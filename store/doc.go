@@ -9,7 +9,7 @@
 // relative to it; the list is fixed for the server's life), registers a pool
 // of buffers once (ServerConfig.PoolBytes in ChunkBytes buffers: its size
 // does not depend on the dataset's) and the file list, and accepts clients
-// with internal/cm: one RC QP, one CQ and one goroutine per client. The
+// with internal/cm: two RC QPs (see below), one CQ and one goroutine per client. The
 // goroutine waits on its CQ (CQ.Wait) when it has nothing to do, so an idle
 // server takes no CPU. Per byte the server does one copy: pread from the page
 // cache (or O_DIRECT) into a pool buffer. Then either the client RDMA READs
@@ -37,19 +37,31 @@
 //
 // # Wire format
 //
-// At connect (cm private data, little endian):
+// Each client has two RC QPs to the server: cm connects the first, which
+// carries the requests and responses (SEND/RECV); the second, the data QP,
+// carries only one-sided operations: the client's RDMA READs, the server's
+// RDMA WRITEs. A transport may hold a READ or WRITE until the SENDs posted
+// before it are acknowledged (shm0 does), so on one QP the data would wait
+// behind the requests. Since the WRITEs and the response are on different
+// QPs, the server posts a WRITE-mode response when the request's WRITEs have
+// completed (an RC WRITE completes once placed).
 //
-//	client hello (4 bytes)     server welcome (32 bytes)
+// At connect (cm private data, little endian; ConnInfo is
+// verbs.ConnInfo's binary form, 48 or 52 bytes):
+//
+//	client hello               server welcome
 //	0  u8  version = 1         0  u8  version = 1
 //	1  u8  0                   1  u8  0
 //	2  u16 depth asked         2  u16 depth granted (requests in flight)
-//	                           4  u32 chunk bytes
-//	                           8  u16 max ranges per request
+//	4  u8  ConnInfo length n   4  u32 chunk bytes
+//	5  the data QP's ConnInfo  8  u16 max ranges per request
 //	                           10 u16 max buffers held
 //	                           12 u32 files
 //	                           16 u64 file list address
 //	                           24 u32 file list rkey
 //	                           28 u32 file list bytes
+//	                           32 u8  ConnInfo length n
+//	                           33 the data QP's ConnInfo
 //
 // The file list, read by the client with RDMA READ: u32 count, then per
 // file u64 size, u16 name length, the name.

@@ -57,6 +57,7 @@ type rawClient struct {
 	pd   *verbs.PD
 	cq   *verbs.CQ
 	qp   *verbs.QP
+	dqp  *verbs.QP
 	mr   *verbs.MR // 0: send buffer (8 KiB), 8 KiB: receive buffers
 	conn *cm.Conn
 	w    welcome
@@ -86,12 +87,21 @@ func newRawClient(t *testing.T, s *Server) *rawClient {
 			_ = r.conn.Close()
 		}
 		_ = r.qp.Destroy()
+		_ = r.dqp.Destroy()
 		_ = r.cq.Destroy()
 		_ = r.mr.Dereg()
 		_ = r.pd.Dealloc()
 		_ = r.vc.Close()
 	})
-	r.conn, err = cm.Dial(ctx, s.Addr().String(), r.qp, hello{depth: 4}.encode(), cm.Options{Ready: func(qp *verbs.QP) error {
+	r.dqp, err = r.pd.CreateQP(verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := hello{depth: 4, data: r.dqp.Info()}.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.conn, err = cm.Dial(ctx, s.Addr().String(), r.qp, hb, cm.Options{Ready: func(qp *verbs.QP) error {
 		for i := 0; i < 8; i++ {
 			if err := qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{{Addr: r.mr.Addr() + 8192 + uint64(i*respBufLen), Length: respBufLen, LKey: r.mr.LKey()}}}}); err != nil {
 				return err
@@ -105,6 +115,9 @@ func newRawClient(t *testing.T, s *Server) *rawClient {
 	if r.w, err = decodeWelcome(r.conn.Private()); err != nil {
 		t.Fatal(err)
 	}
+	if err := r.dqp.Connect(r.w.data, verbs.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
@@ -116,11 +129,26 @@ func (r *rawClient) roundTrip(msg []byte) []byte {
 		SGL: []verbs.SGE{{Addr: r.mr.Addr(), Length: uint32(len(msg)), LKey: r.mr.LKey()}}}}); err != nil {
 		r.t.Fatal(err)
 	}
+	// The server's end of the TCP connection closing ends the wait too:
+	// a client whose WRITE failed gets no answer, its data QP's error
+	// may complete nothing here.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	go func() {
+		select {
+		case <-r.conn.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	wc := make([]verbs.WC, 1)
 	for {
 		if _, err := r.cq.PollWait(ctx, wc); err != nil {
+			select {
+			case <-r.conn.Done():
+				return nil
+			default:
+			}
 			r.t.Fatal(err)
 		}
 		if wc[0].Status != verbs.WCSuccess {
@@ -218,7 +246,7 @@ func TestGarbage(t *testing.T) {
 		if e.status == rangeOK {
 			held = e.buf
 			// Read it as a client would.
-			if err := r.qp.PostSend([]verbs.SendWR{{ID: 5, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+			if err := r.dqp.PostSend([]verbs.SendWR{{ID: 5, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 				SGL: []verbs.SGE{{Addr: r.mr.Addr(), Length: e.n, LKey: r.mr.LKey()}}, RemoteAddr: e.addr, RKey: e.rkey}}); err != nil {
 				t.Fatal(err)
 			}

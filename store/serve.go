@@ -29,7 +29,8 @@ type sconn struct {
 	id int32
 
 	cmc    *cm.Conn
-	qp     *verbs.QP
+	qp     *verbs.QP // requests and responses
+	dqp    *verbs.QP // WRITEs (see hello)
 	cq     *verbs.CQ
 	mr     *verbs.MR // receive buffers, then response buffers
 	ctx    context.Context
@@ -42,6 +43,8 @@ type sconn struct {
 	rst      [][MaxBatchLimit]rangeStatus
 	bufs     [][MaxBatchLimit]int32
 	pre      [][MaxBatchLimit]int32 // offset of the data in its buffer (O_DIRECT)
+	writes   []int                  // WRITEs in flight per slot
+	answer   []bool                 // per slot: respond when its WRITEs complete
 	fifo     []int                  // slots received and not yet answered, in order
 	fhead    int
 	flen     int
@@ -113,6 +116,8 @@ func (c *sconn) accept(req *cm.Request) error {
 	c.bufs = make([][MaxBatchLimit]int32, c.nslots)
 	c.pre = make([][MaxBatchLimit]int32, c.nslots)
 	c.fifo = make([]int, c.nslots)
+	c.writes = make([]int, c.nslots)
+	c.answer = make([]bool, c.nslots)
 	c.wake = make(chan struct{}, 1)
 	c.timer = time.NewTimer(time.Hour)
 	c.timer.Stop()
@@ -125,14 +130,28 @@ func (c *sconn) accept(req *cm.Request) error {
 		_ = req.Reject(c.ctx, "store: "+err.Error())
 		return err
 	}
+	if c.dqp, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq,
+		Cap: verbs.QPCap{MaxSendWR: c.maxHeld + 8, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		_ = req.Reject(c.ctx, "store: "+err.Error())
+		return err
+	}
+	if err = c.dqp.Connect(h.data, verbs.ConnectOptions{}); err != nil {
+		_ = req.Reject(c.ctx, "store: data QP: "+err.Error())
+		return err
+	}
 	if c.mr, err = s.pd.AllocMR(c.nslots*(reqBufLen+respBufLen), verbs.AccessLocalWrite); err != nil {
 		_ = req.Reject(c.ctx, "store: "+err.Error())
 		return err
 	}
 	s.st.clientBytes.Add(int64(c.mr.Len()))
 	w := welcome{depth: depth, chunk: s.cfg.ChunkBytes, maxBatch: s.cfg.MaxBatch, maxHeld: c.maxHeld,
-		nfiles: len(s.files), catAddr: s.catMR.Addr(), catRKey: s.catMR.RKey(), catLen: s.catMR.Len()}
-	c.cmc, err = req.Accept(c.ctx, c.qp, w.encode(), cm.Options{Ready: func(*verbs.QP) error {
+		nfiles: len(s.files), catAddr: s.catMR.Addr(), catRKey: s.catMR.RKey(), catLen: s.catMR.Len(), data: c.dqp.Info()}
+	wb, err := w.encode()
+	if err != nil {
+		_ = req.Reject(c.ctx, "store: "+err.Error())
+		return err
+	}
+	c.cmc, err = req.Accept(c.ctx, c.qp, wb, cm.Options{Ready: func(*verbs.QP) error {
 		for i := 0; i < c.nslots; i++ {
 			if err := c.postRecv(i); err != nil {
 				return err
@@ -145,10 +164,13 @@ func (c *sconn) accept(req *cm.Request) error {
 
 func (c *sconn) teardown() {
 	s := c.s
+	// Destroy the QPs first: no transport touches the pool for this
+	// client after them, so its buffers can go back.
 	if c.qp != nil {
-		// Destroy first: no transport touches the pool for this client
-		// after it, so its buffers can go back.
 		_ = c.qp.Destroy()
+	}
+	if c.dqp != nil {
+		_ = c.dqp.Destroy()
 	}
 	s.pool.putAll(c.id)
 	if c.cq != nil {
@@ -249,8 +271,15 @@ func (c *sconn) completion(wc *verbs.WC) {
 			c.fail()
 		}
 	case kindWrite:
+		slot := int(id >> 32)
 		c.s.pool.put(c.id, uint32(id))
 		c.held--
+		c.writes[slot]--
+		if c.writes[slot] == 0 && c.answer[slot] {
+			// Completed WRITEs are placed: the response may go.
+			c.answer[slot] = false
+			c.respond(slot, c.reqs[slot].n)
+		}
 	}
 }
 
@@ -336,6 +365,10 @@ func (c *sconn) serve(slot int) (done, blockedOnPool bool) {
 			return false, false
 		}
 	}
+	if c.writes[slot] > 0 {
+		c.answer[slot] = true // by completion: the WRITEs are on dqp
+		return true, false
+	}
 	c.respond(slot, r.n)
 	return true, false
 }
@@ -406,9 +439,10 @@ func (c *sconn) write(slot, i int, b int32) bool {
 		return true
 	}
 	c.sge[0] = verbs.SGE{Addr: s.pool.bufAddr(b) + uint64(pre), Length: rr.n, LKey: s.pool.mr.LKey()}
-	c.wr[0] = verbs.SendWR{ID: kindWrite | uint64(b), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+	c.wr[0] = verbs.SendWR{ID: kindWrite | uint64(slot)<<32 | uint64(uint32(b)), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGL: c.sge[:], RemoteAddr: rr.dst, RKey: rr.rkey}
-	if err := c.qp.PostSend(c.wr[:]); err != nil {
+	c.writes[slot]++
+	if err := c.dqp.PostSend(c.wr[:]); err != nil {
 		c.fail()
 		return false
 	}

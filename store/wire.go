@@ -3,6 +3,8 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/ibex-rdma/ibex/verbs"
 )
 
 // The wire format is drawn in doc.go. Every field a peer sends is checked
@@ -268,32 +270,48 @@ func decodeEntry(b []byte, i int) respEntry {
 	}
 }
 
-// hello is the client's private data in its connection request.
+// hello is the client's private data in its connection request: the depth
+// it asks for and its data QP, the second QP of the pair, which carries
+// only one-sided operations (cm connects the first, which carries the
+// requests and responses): a READ or WRITE never waits behind a SEND
+// (a transport may hold one-sided requests until earlier SENDs are
+// acknowledged).
 type hello struct {
-	depth int // requests in flight it asks for
+	depth int
+	data  verbs.ConnInfo
 }
 
-const helloLen = 4
+const helloHdrLen = 5
 
-func (h hello) encode() []byte {
-	b := make([]byte, helloLen)
+func (h hello) encode() ([]byte, error) {
+	ci, err := h.data.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, helloHdrLen, helloHdrLen+len(ci))
 	b[0] = wireVersion
 	binary.LittleEndian.PutUint16(b[2:], uint16(h.depth))
-	return b
+	b[4] = byte(len(ci))
+	return append(b, ci...), nil
 }
 
 func decodeHello(b []byte) (hello, error) {
-	if len(b) != helloLen {
-		return hello{}, fmt.Errorf("hello of %d bytes, want %d", len(b), helloLen)
+	var h hello
+	if len(b) < helloHdrLen || len(b) != helloHdrLen+int(b[4]) {
+		return h, fmt.Errorf("hello of %d bytes", len(b))
 	}
 	if b[0] != wireVersion {
-		return hello{}, fmt.Errorf("protocol version %d, want %d", b[0], wireVersion)
+		return h, fmt.Errorf("protocol version %d, want %d", b[0], wireVersion)
 	}
-	return hello{depth: int(binary.LittleEndian.Uint16(b[2:]))}, nil
+	h.depth = int(binary.LittleEndian.Uint16(b[2:]))
+	if err := h.data.UnmarshalBinary(b[helloHdrLen:]); err != nil {
+		return h, fmt.Errorf("hello: data QP: %w", err)
+	}
+	return h, nil
 }
 
 // welcome is the server's private data in its reply: what the client must
-// respect and where the file list is.
+// respect, where the file list is, and the server's data QP.
 type welcome struct {
 	depth    int // requests in flight granted
 	chunk    int
@@ -303,12 +321,17 @@ type welcome struct {
 	catAddr  uint64
 	catRKey  uint32
 	catLen   int
+	data     verbs.ConnInfo
 }
 
-const welcomeLen = 32
+const welcomeHdrLen = 33
 
-func (w welcome) encode() []byte {
-	b := make([]byte, welcomeLen)
+func (w welcome) encode() ([]byte, error) {
+	ci, err := w.data.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, welcomeHdrLen, welcomeHdrLen+len(ci))
 	b[0] = wireVersion
 	binary.LittleEndian.PutUint16(b[2:], uint16(w.depth))
 	binary.LittleEndian.PutUint32(b[4:], uint32(w.chunk))
@@ -318,11 +341,12 @@ func (w welcome) encode() []byte {
 	binary.LittleEndian.PutUint64(b[16:], w.catAddr)
 	binary.LittleEndian.PutUint32(b[24:], w.catRKey)
 	binary.LittleEndian.PutUint32(b[28:], uint32(w.catLen))
-	return b
+	b[32] = byte(len(ci))
+	return append(b, ci...), nil
 }
 
 func decodeWelcome(b []byte) (welcome, error) {
-	if len(b) != welcomeLen || b[0] != wireVersion {
+	if len(b) < welcomeHdrLen || b[0] != wireVersion || len(b) != welcomeHdrLen+int(b[32]) {
 		return welcome{}, fmt.Errorf("%w: server's welcome of %d bytes (version %d)", ErrProtocol, len(b), firstByte(b))
 	}
 	w := welcome{
@@ -334,6 +358,9 @@ func decodeWelcome(b []byte) (welcome, error) {
 		catAddr:  binary.LittleEndian.Uint64(b[16:]),
 		catRKey:  binary.LittleEndian.Uint32(b[24:]),
 		catLen:   int(binary.LittleEndian.Uint32(b[28:])),
+	}
+	if err := w.data.UnmarshalBinary(b[welcomeHdrLen:]); err != nil {
+		return w, fmt.Errorf("%w: server's data QP: %w", ErrProtocol, err)
 	}
 	switch {
 	case w.depth < 1:
