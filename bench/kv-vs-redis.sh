@@ -47,6 +47,8 @@
 #   KV_BENCH      a command that takes ibex kv bench's flags and prints its
 #                 JSON, used instead of this build's `ibex kv bench`
 #   IBEX_UDP_XDP  passed to the ibex processes if set
+#   KV_SERVE_ARGS, KV_BENCH_ARGS   more arguments of ibex kv serve and of
+#                 every kv bench run
 # kv bench's JSON: ops_per_sec, p50_us, p99_us, p999_us, ops, gets, sets,
 # misses; with --preload in its --help, every run preloads the keys (else
 # the miss column shows what the run's own SETs left unwritten: a miss is
@@ -73,6 +75,8 @@ redis_args=${REDIS_ARGS:-}
 mc_args=${MEMCACHED_ARGS:--t 2 -m 1024 -c 4096}
 mtu=${VETH_MTU:-4200}
 ibex_rows=${IBEX:-1}
+read -r -a serve_args <<<"${KV_SERVE_ARGS-}"
+read -r -a bench_args <<<"${KV_BENCH_ARGS-}"
 for c in redis-server redis-benchmark memcached jq; do
 	command -v $c >/dev/null || { echo "$c not found: apt-get install redis-server redis-tools memcached jq" >&2; exit 1; }
 done
@@ -180,7 +184,7 @@ kvrun() {
 	if [[ $target == ibex://* && $kvdevice == 1 ]]; then extra=(--device "$dev"); fi
 	t0=$(ticks "$srv")
 	nsexec "$cns" env "$@" "${kvbench[@]}" --target "$target" --conns "$conns" --pipeline "$pipe" --size "$size" \
-		--get-ratio "$ratio_get" --duration "${secs}s" --json "${kvflags[@]}" "${extra[@]}" >"$out" 2>"$out.err" || true
+		--get-ratio "$ratio_get" --duration "${secs}s" --json "${kvflags[@]}" "${extra[@]}" "${bench_args[@]}" >"$out" 2>"$out.err" || true
 	t1=$(ticks "$srv")
 	local ops p50 p99 p999 gets misses
 	if ! read -r ops p50 p99 p999 gets misses < <(jq -r '[.ops_per_sec, .p50_us, .p99_us, .p999_us, .gets, .misses] | map(tostring) | join(" ")' "$out" 2>/dev/null) ||
@@ -230,7 +234,7 @@ one() {
 
 	if [[ $ibex_rows == 1 ]]; then
 		port=$((port + 1))
-		bgexec "$sns" env "${senv[@]}" "$tmp/ibex" kv serve --listen "$ia:$port" --device $dev >"$tmp/ibex.$port" 2>&1 &
+		bgexec "$sns" env "${senv[@]}" "$tmp/ibex" kv serve --listen "$ia:$port" --device $dev "${serve_args[@]}" >"$tmp/ibex.$port" 2>&1 &
 		srv=$!
 		pids+=("$srv")
 		if waitport "${sns#-}" "$ia" "$port"; then

@@ -40,6 +40,8 @@
 #   IBEX             1 (default): the ibex rows, failing at once if this
 #                    build's ibex has no `store` command; 0: peers only
 #   IBEX_UDP_XDP     passed to the ibex processes if set
+#   STORE_SERVE_ARGS, STORE_BENCH_ARGS   more arguments of ibex store serve
+#                    (e.g. "--pool 1G") and ibex store bench ("--depth 8")
 # Needs root (namespaces), nginx, wrk, jq (apt-get install nginx wrk jq).
 # Never touches the packaged nginx service or /etc/nginx.
 # Usage: bench/store-vs-nginx.sh
@@ -57,6 +59,8 @@ nginx_workers=${NGINX_WORKERS:-auto}
 wrk_threads=${WRK_THREADS:-1}
 mtu=${VETH_MTU:-4200}
 ibex_rows=${IBEX:-1}
+read -r -a serve_args <<<"${STORE_SERVE_ARGS-}"
+read -r -a bench_args <<<"${STORE_BENCH_ARGS-}"
 fsize=$((file_mb * 1048576))
 ((size <= fsize)) || { echo "SIZE $size is larger than a file ($fsize B)" >&2; exit 1; }
 rsize=$size
@@ -294,7 +298,7 @@ run_ibex() {
 	port=$((port + 1))
 	local d=$tmp/ibex-$port
 	mkdir -p "$d"
-	bgexec "$sns" env "${senv[@]}" "$tmp/ibex" store serve "$data" --listen "$addr:$port" --device $dev >"$d/srv" 2>&1 &
+	bgexec "$sns" env "${senv[@]}" "$tmp/ibex" store serve "$data" --listen "$addr:$port" --device $dev "${serve_args[@]}" >"$d/srv" 2>&1 &
 	local srv=$!
 	pids+=("$srv")
 	waitport "${sns#-}" "$addr" "$port" || { cat "$d/srv" >&2; stop "$srv"; return 1; }
@@ -303,7 +307,7 @@ run_ibex() {
 	childcpu
 	c0=$cpu
 	nsexec "$cns" env "${cenv[@]}" "$tmp/ibex" store bench --server "$addr:$port" --device $dev --conns "$c" \
-		--size "$rsize" --duration "${secs}s" --json >"$d/cli" 2>"$d/cli.err" || true
+		--size "$rsize" --duration "${secs}s" --json "${bench_args[@]}" >"$d/cli" 2>"$d/cli.err" || true
 	t1=$(ticks "$srv")
 	childcpu
 	c1=$cpu
@@ -316,6 +320,10 @@ run_ibex() {
 		cat "$d/srv" >&2
 		record "ibex.$w.$c" 0 0 0 0 0
 		return
+	fi
+	if [[ $b == 0 ]]; then
+		echo "ibex store bench ($w, $c conns, $dev) read nothing in $s s:" >&2
+		tail -n 3 "$d/srv" "$d/cli.err" >&2
 	fi
 	record "ibex.$w.$c" "$b" "$s" "$n" "$((t1 - t0))" "$(awk -v a="$c0" -v b="$c1" 'BEGIN { print b - a }')"
 }
