@@ -218,8 +218,14 @@ func Dial(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 	if cfg.Mode == ModeRead {
 		// Whatever is in flight fits the server's cap on held buffers:
 		// depth requests of per pieces each (see send).
+		// Not fewer than 8 ranges per request when the cap allows:
+		// fewer, larger requests rather than many small ones.
 		c.depth = min(c.depth, c.w.maxHeld)
 		c.per = min(c.per, c.w.maxHeld/c.depth)
+		if c.per < 8 {
+			c.per = min(8, c.w.maxHeld, c.w.maxBatch)
+			c.depth = c.w.maxHeld / c.per
+		}
 	}
 	if c.files, err = c.readCatalog(ctx); err != nil {
 		return nil, err

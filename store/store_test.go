@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -23,11 +24,12 @@ func dataset(t testing.TB, dir string, sizes []int64, seed uint64) map[string][]
 		if i%3 == 1 {
 			name = fmt.Sprintf("sub%d/f%03d.bin", i%2, i)
 		}
-		b := make([]byte, n)
+		b := make([]byte, (n+7)&^7)
 		r := rand.New(rand.NewPCG(seed, uint64(i)))
-		for j := range b {
-			b[j] = byte(r.Uint32())
+		for j := 0; j < len(b); j += 8 {
+			binary.LittleEndian.PutUint64(b[j:], r.Uint64())
 		}
+		b = b[:n]
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
