@@ -224,7 +224,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (_ *Client, err error) {
 		c.per = min(c.per, c.w.maxHeld/c.depth)
 		if c.per < 8 {
 			c.per = min(8, c.w.maxHeld, c.w.maxBatch)
-			c.depth = c.w.maxHeld / c.per
+			c.depth = min(c.depth, c.w.maxHeld/c.per)
 		}
 	}
 	if c.files, err = c.readCatalog(ctx); err != nil {
