@@ -23,7 +23,10 @@ type ServerConfig struct {
 	// Dir is the directory served (required). Its regular files, found
 	// recursively once at NewServer, are the file list for the server's
 	// life: files added later are not served, and a file that shrinks
-	// answers reads past its new end with an I/O error.
+	// answers reads past its new end with an I/O error. A file is opened
+	// at its first read and stays open: one descriptor per file read (Go
+	// raises the soft RLIMIT_NOFILE to the hard limit; a read that finds
+	// none left answers an I/O error).
 	Dir string
 	// Listen is the TCP address clients connect to (default
 	// ":18520").
