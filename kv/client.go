@@ -119,6 +119,7 @@ type Client struct {
 	psge     []verbs.SGE    // their SGEs
 	lastStat ServerStats
 	curOps   []Op
+	spin     bool // poll a while before sleeping (Server.await says why)
 	watched  chan struct{}
 }
 
@@ -220,6 +221,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if c.pd, err = c.vc.AllocPD(); err != nil {
 		return nil, fmt.Errorf("kv: dial %s: %w", cfg.Server, err)
 	}
+	c.spin = c.vc.QueryDevice().Caps.Has(verbs.CapSameHost)
 	// The most completions at once: two READs per GET slot, a header
 	// READ, and per credit a request SEND and a reply.
 	const maxCredits = 1024

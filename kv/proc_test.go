@@ -47,7 +47,7 @@ func childMain(role string) error {
 	switch role {
 	case "server":
 		cfg := kv.ServerConfig{Device: env("IBEX_KV_DEVICE"), Listen: env("IBEX_KV_LISTEN"), Index: 8 << 20, Values: 64 << 20,
-			Buckets: 16, Quarantine: time.Millisecond, MaxValue: 1<<20 + 64}
+			Buckets: 16, LoadFactor: 0.3, Quarantine: time.Millisecond, MaxValue: 1<<20 + 64}
 		srv, err := kv.NewServer(cfg)
 		if err != nil {
 			return err
@@ -224,7 +224,7 @@ func TestRaceProcesses(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer unmap()
-			d := 1500 * time.Millisecond
+			d := 1200 * time.Millisecond
 			w := startProc(t, "writer", append(fab.writerEnv, "IBEX_KV_SERVER="+addr, "IBEX_KV_PROGRESS="+path,
 				"IBEX_KV_FROM=0", fmt.Sprintf("IBEX_KV_TO=%d", nkeys), "IBEX_KV_FOR="+d.String())...)
 			raceRun(t, addr, fab.device, p, nkeys, 0, 2, d)

@@ -243,9 +243,9 @@ func raceErrs(t *testing.T, addr, device string, p progress, nkeys, writers, rea
 // under them and freed entries reused after 1 ms.
 func TestRace(t *testing.T) {
 	const nkeys = 700
-	srv := startServer(t, kv.ServerConfig{Device: "loop0", Buckets: 16, Quarantine: time.Millisecond, Values: 64 << 20, MaxValue: 1<<20 + 64})
+	srv := startServer(t, kv.ServerConfig{Device: "loop0", Buckets: 16, LoadFactor: 0.3, Quarantine: time.Millisecond, Values: 64 << 20, MaxValue: 1<<20 + 64})
 	p := make(progress, 2*nkeys)
-	raceRun(t, srv.Addr(), "loop0", p, nkeys, 2, 2, 2500*time.Millisecond)
+	raceRun(t, srv.Addr(), "loop0", p, nkeys, 2, 2, 2*time.Second)
 	st := srv.Stats()
 	t.Logf("server: %d puts, %d resizes, %d buckets, %d keys", st.Puts, st.Resizes, st.Buckets, st.Keys)
 	if st.Resizes < 3 {

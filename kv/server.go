@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -111,9 +112,20 @@ func (c *ServerConfig) setDefaults() error {
 	return nil
 }
 
-// spinFor is how long the worker polls after its last completion before
-// it sleeps.
-const spinFor = 50 * time.Microsecond
+// The worker's wait for work: it polls (which also drives a software
+// transport in this goroutine) for spinFor after its last completion,
+// then waits in PollWait for naps that grow from 20 µs to 1 ms, polling
+// between them, and only after napFor without work waits in PollWait for
+// as long as it takes. A completion ends any wait at once; the naps bound
+// what a transport that delivers late to a goroutine that stopped polling
+// costs the next request (shm's progress loop naps up to 200 µs while an
+// application polls). On a device whose peers are all in this process
+// (no CapSameHost: loop0) a peer completes into the CQ from its own
+// goroutine, and the worker just waits.
+const (
+	spinFor = 100 * time.Microsecond
+	napFor  = 50 * time.Millisecond
+)
 
 // faultNoDeadMark, set by a test, leaves a superseded entry unmarked:
 // the race check must then catch a GET that returns an older value.
@@ -140,6 +152,7 @@ type Server struct {
 
 	reqSize int
 	sqDepth int
+	spin    bool // poll before sleeping (see await)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -236,6 +249,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.pd, err = s.vc.AllocPD(); err != nil {
 		return nil, fmt.Errorf("kv: server: %w", err)
 	}
+	s.spin = s.vc.QueryDevice().Caps.Has(verbs.CapSameHost)
 	depth := cfg.MaxClients * (cfg.Credits + s.sqDepth)
 	if s.cq, err = s.vc.CreateCQ(depth); err != nil {
 		return nil, fmt.Errorf("kv: server: completion queue of %d for %d clients: %w", depth, cfg.MaxClients, err)
@@ -466,15 +480,9 @@ func (s *Server) work() error {
 	wcs := make([]verbs.WC, 64)
 	var last time.Time
 	for {
-		// After work, keep polling for a while (which also drives a
-		// software transport's progress in this goroutine) before going
-		// to sleep: a client's next request usually follows at once.
 		n, err := s.cq.Poll(wcs)
-		for n == 0 && err == nil && time.Since(last) < spinFor {
-			n, err = s.cq.Poll(wcs)
-		}
 		if n == 0 && err == nil {
-			n, err = s.cq.PollWait(s.ctx, wcs)
+			n, err = s.await(wcs, last)
 		}
 		last = time.Now()
 		if err != nil {
@@ -491,6 +499,33 @@ func (s *Server) work() error {
 			s.handle(&wcs[i])
 		}
 		s.mu.Unlock()
+	}
+}
+
+func (s *Server) await(wcs []verbs.WC, last time.Time) (int, error) {
+	nap := 20 * time.Microsecond
+	for {
+		n, err := s.cq.Poll(wcs)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		idle := time.Since(last)
+		switch {
+		case !s.spin:
+			return s.cq.PollWait(s.ctx, wcs)
+		case idle < spinFor:
+			runtime.Gosched()
+		case idle < napFor:
+			ctx, cancel := context.WithTimeout(s.ctx, nap)
+			n, err := s.cq.PollWait(ctx, wcs)
+			cancel()
+			if n > 0 || s.ctx.Err() != nil {
+				return n, err
+			}
+			nap = min(2*nap, time.Millisecond)
+		default:
+			return s.cq.PollWait(s.ctx, wcs)
+		}
 	}
 }
 
