@@ -142,3 +142,31 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestIdle: a server with a connected client and nothing to do sleeps
+// (its goroutines wait in CQ.Wait, shm0's progress on its futex): this
+// process, server and client, uses under a tenth of a core while idle.
+func TestIdle(t *testing.T) {
+	dir := t.TempDir()
+	dataset(t, dir, []int64{100_000}, 16)
+	s := startServer(t, ServerConfig{Dir: dir, Device: "shm0", PoolBytes: 1 << 20, ChunkBytes: 64 << 10})
+	c := dial(t, s, "shm0", ModeRead, 2)
+	mem, err := c.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.ReadBatch(ctx, []Extent{{File: 0, Len: 100_000}}, [][]byte{mem[:100_000]}); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolFree(t, s)
+	time.Sleep(50 * time.Millisecond)
+	cpu0, t0 := processCPU(), time.Now()
+	time.Sleep(500 * time.Millisecond)
+	cpu, wall := processCPU()-cpu0, time.Since(t0)
+	t.Logf("idle: %v of CPU in %v", time.Duration(cpu), wall)
+	if float64(cpu) > 0.1*float64(wall.Nanoseconds()) {
+		t.Fatalf("idle: %v of CPU in %v", time.Duration(cpu), wall)
+	}
+}
