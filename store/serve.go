@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/ibex-rdma/ibex/internal/cm"
@@ -62,6 +63,9 @@ type sconn struct {
 
 	wake  chan struct{}
 	timer *time.Timer
+
+	jobs       chan writeJob // to the poster goroutine
+	postFailed atomic.Bool
 }
 
 // poolWaitTick bounds a wait for pool buffers: the client's own releases
@@ -93,7 +97,16 @@ func (c *sconn) run(req *cm.Request) {
 		case <-c.ctx.Done():
 		}
 	}()
+	c.jobs = make(chan writeJob, c.maxHeld+1)
+	posted := make(chan struct{})
+	go c.poster(posted)
 	c.loop()
+	close(c.jobs)
+	<-posted
+	if c.postFailed.Load() && !c.failed {
+		c.failed = true
+		c.s.st.qpFailed.Add(1)
+	}
 	c.teardown()
 }
 
@@ -438,17 +451,43 @@ func (c *sconn) write(slot, i int, b int32) bool {
 		c.held--
 		return true
 	}
-	c.sge[0] = verbs.SGE{Addr: s.pool.bufAddr(b) + uint64(pre), Length: rr.n, LKey: s.pool.mr.LKey()}
-	c.wr[0] = verbs.SendWR{ID: kindWrite | uint64(slot)<<32 | uint64(uint32(b)), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SGL: c.sge[:], RemoteAddr: rr.dst, RKey: rr.rkey}
 	c.writes[slot]++
-	if err := c.dqp.PostSend(c.wr[:]); err != nil {
-		c.fail()
-		return false
-	}
+	// The poster posts it (and on shm0 and loop0 copies it) while this
+	// goroutine reads the next range: two cores for one client.
+	c.jobs <- writeJob{id: kindWrite | uint64(slot)<<32 | uint64(uint32(b)), addr: s.pool.bufAddr(b) + uint64(pre),
+		n: rr.n, dst: rr.dst, rkey: rr.rkey}
 	s.st.ranges.Add(1)
 	s.st.bytes.Add(uint64(rr.n))
 	return true
+}
+
+// writeJob is one WRITE for the poster.
+type writeJob struct {
+	id   uint64
+	addr uint64
+	n    uint32
+	dst  uint64
+	rkey uint32
+}
+
+// poster posts the client's WRITEs in order, on dqp. It ends when jobs is
+// closed; a failed post ends the client.
+func (c *sconn) poster(done chan<- struct{}) {
+	defer close(done)
+	var wr [1]verbs.SendWR
+	var sge [1]verbs.SGE
+	lkey := c.s.pool.mr.LKey()
+	for j := range c.jobs {
+		if c.postFailed.Load() {
+			continue
+		}
+		sge[0] = verbs.SGE{Addr: j.addr, Length: j.n, LKey: lkey}
+		wr[0] = verbs.SendWR{ID: j.id, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: sge[:], RemoteAddr: j.dst, RKey: j.rkey}
+		if err := c.dqp.PostSend(wr[:]); err != nil {
+			c.postFailed.Store(true)
+			c.cancel()
+		}
+	}
 }
 
 // respond posts slot's response with n entries.
