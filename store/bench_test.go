@@ -59,6 +59,7 @@ func BenchmarkReadBatch(b *testing.B) {
 				}
 				ctx := context.Background()
 				b.SetBytes(batch * size)
+				cpu0 := processCPU()
 				b.ResetTimer()
 				work := make(chan int)
 				done := make(chan error, depth)
@@ -87,6 +88,37 @@ func BenchmarkReadBatch(b *testing.B) {
 				close(work)
 				for g := 0; g < depth; g++ {
 					if err := <-done; err != nil {
+						b.Fatal(err)
+					}
+				}
+				// CPU (server and client: one process) per GB, a figure
+				// a loaded host's wall clock does not blur.
+				b.ReportMetric(float64(processCPU()-cpu0)/1e9/(float64(b.N)*batch*size/1e9), "cpu-s/GB")
+			})
+		}
+	}
+}
+
+// BenchmarkLatency: one ReadBatch of one 4 KiB range at a time: the round
+// trip (request, pread, READ or WRITE, response) on loop0 and shm0.
+func BenchmarkLatency(b *testing.B) {
+	dir := b.TempDir()
+	dataset(b, dir, []int64{1 << 20}, 6)
+	for _, dev := range []string{"loop0", "shm0"} {
+		s := startServer(b, ServerConfig{Dir: dir, Device: dev, PoolBytes: 1 << 20, ChunkBytes: 64 << 10})
+		for _, mode := range []Mode{ModeRead, ModeWrite} {
+			b.Run(dev+"/"+mode.String(), func(b *testing.B) {
+				c := dial(b, s, dev, mode, 2)
+				mem, err := c.Alloc(4096)
+				if err != nil {
+					b.Fatal(err)
+				}
+				exts := []Extent{{File: 0, Off: 8192, Len: 4096}}
+				dst := [][]byte{mem}
+				ctx := context.Background()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := c.ReadBatch(ctx, exts, dst); err != nil {
 						b.Fatal(err)
 					}
 				}

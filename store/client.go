@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ibex-rdma/ibex/internal/cm"
 	"github.com/ibex-rdma/ibex/verbs"
@@ -513,8 +515,20 @@ func (c *Client) send(si int) error {
 // poll is the client's one goroutine on its CQ: answers, READ completions.
 func (c *Client) poll() {
 	defer c.wg.Done()
+	spin := spins(c.vc)
+	last := time.Now()
 	for {
-		n, err := c.cq.PollWait(c.ctx, c.wcs[:])
+		n, err := c.cq.Poll(c.wcs[:])
+		if n == 0 && err == nil {
+			if spin && time.Since(last) < spinFor {
+				runtime.Gosched()
+				continue
+			}
+			n, err = c.cq.PollWait(c.ctx, c.wcs[:])
+		}
+		if spin {
+			last = time.Now()
+		}
 		if err != nil {
 			if c.ctx.Err() == nil {
 				c.fail(fmt.Errorf("store: poll: %w", err))

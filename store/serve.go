@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -217,6 +219,8 @@ func (c *sconn) postRecv(slot int) error {
 
 // loop serves the client until it goes, its QP fails or the server closes.
 func (c *sconn) loop() {
+	spin := spins(c.s.vc)
+	last := time.Now()
 	for !c.failed {
 		n, err := c.cq.Poll(c.wcs[:])
 		if err != nil {
@@ -234,6 +238,9 @@ func (c *sconn) loop() {
 			return
 		}
 		if n > 0 || progressed {
+			if spin {
+				last = time.Now()
+			}
 			continue
 		}
 		if blockedOnPool {
@@ -248,10 +255,34 @@ func (c *sconn) loop() {
 			c.timer.Stop()
 			continue
 		}
+		if spin && time.Since(last) < spinFor {
+			runtime.Gosched()
+			continue
+		}
 		if err := c.cq.Wait(c.ctx); err != nil && c.ctx.Err() != nil {
 			return
 		}
+		last = time.Now()
 	}
+}
+
+// spinFor is how long a loop keeps polling after its last completion
+// before it sleeps in CQ.Wait, on a device whose peers are other processes
+// (spins): polling drives the device's transport in the poller (CQ.Poll
+// calls Context.Progress), while a sleeper hears of a completion only when
+// the device's own progress loop next looks (shm0: after a nap of up to
+// 200 µs), which would add that to every round trip after a pause.
+const spinFor = 100 * time.Microsecond
+
+// spins says whether waits on vc's CQs should poll a while first: its
+// peers are other processes (on loop0 the peer's post completes in this
+// process, and a sleeper is woken at once).
+// IBEX_STORE_SPIN=0 turns the polling off (every wait sleeps at once).
+func spins(vc *verbs.Context) bool {
+	if os.Getenv("IBEX_STORE_SPIN") == "0" {
+		return false
+	}
+	return vc.QueryDevice().Caps&(verbs.CapSameHost|verbs.CapOtherHosts) != 0
 }
 
 // fail marks the client's QP as failed: the loop ends and teardown frees
