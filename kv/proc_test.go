@@ -31,6 +31,8 @@ import (
 //   - writer: runs writeLoop against IBEX_KV_SERVER for keys
 //     [IBEX_KV_FROM, IBEX_KV_TO) for IBEX_KV_FOR, with the progress table
 //     in the file IBEX_KV_PROGRESS (mapped shared), and prints "puts N".
+//   - putter: PUTs 300 KiB values (which the server READs from it) to
+//     IBEX_KV_SERVER until killed; prints "putting" after a few.
 func TestMain(m *testing.M) {
 	if role := os.Getenv("IBEX_KV_CHILD"); role != "" {
 		if err := childMain(role); err != nil {
@@ -81,6 +83,22 @@ func childMain(role string) error {
 		n, err := writeLoop(ctx, c, p, from, to)
 		fmt.Printf("puts %d\n", n)
 		return err
+	case "putter":
+		// PUTs of values the server READs from this process, until it is
+		// killed.
+		c, err := kv.Dial(context.Background(), kv.ClientConfig{Server: env("IBEX_KV_SERVER"), Device: env("IBEX_KV_DEVICE")})
+		if err != nil {
+			return err
+		}
+		val := make([]byte, 300<<10)
+		for i := 0; ; i++ {
+			if err := c.Put(context.Background(), []byte(fmt.Sprintf("putter-%d", i%8)), val); err != nil {
+				return err
+			}
+			if i == 8 {
+				fmt.Println("putting")
+			}
+		}
 	}
 	return fmt.Errorf("unknown role %q", role)
 }
@@ -241,4 +259,42 @@ func TestRaceProcesses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDyingClient: a client process SIGKILLed in the middle of PUTs whose
+// values the server READs from it costs the server nothing else: it drops
+// the client, frees the entry it was filling, and serves others.
+func TestDyingClient(t *testing.T) {
+	fab := fabricFor(t, "shm0")
+	srv := startProc(t, "server", fab.serverEnv...)
+	addr := srv.line(t, "addr ")
+	c := dial(t, kv.ClientConfig{Server: addr, Device: fab.device})
+	ctx := testCtx(t)
+	for round := 0; round < 3; round++ {
+		p := startProc(t, "putter", append(fab.writerEnv, "IBEX_KV_SERVER="+addr)...)
+		p.line(t, "putting")
+		time.Sleep(20 * time.Millisecond)
+		if err := p.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = p.cmd.Wait()
+	}
+	var st kv.ServerStats
+	waitFor(t, "the killed clients dropped", func() bool {
+		var err error
+		st, err = c.ServerStats(ctx)
+		return err == nil && st.Clients == 1
+	})
+	// Eight keys of 300 KiB (one entry each) and nothing else held.
+	if st.Keys != 8 || st.ArenaUsed > 8*(300<<10+64<<10) {
+		t.Fatalf("after the killed clients: %d keys, %d arena bytes in use", st.Keys, st.ArenaUsed)
+	}
+	if err := c.Put(ctx, []byte("after"), []byte("fine")); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 8)
+	if n, found, err := c.Get(ctx, []byte("after"), dst); err != nil || !found || string(dst[:n]) != "fine" {
+		t.Fatalf("get after: %q %v %v", dst[:n], found, err)
+	}
+	t.Logf("server after 3 killed clients: %d clients total, %d remote reads, %d keys", st.ClientsTotal, st.RemoteReads, st.Keys)
 }
