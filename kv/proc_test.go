@@ -29,7 +29,8 @@ import (
 //   - server: serves IBEX_KV_DEVICE, prints "addr HOST:PORT", and exits
 //     when its stdin closes (or is killed).
 //   - writer: runs writeLoop against IBEX_KV_SERVER for keys
-//     [IBEX_KV_FROM, IBEX_KV_TO) for IBEX_KV_FOR, with the progress table
+//     [IBEX_KV_FROM, IBEX_KV_TO) until its stdin closes (at most
+//     IBEX_KV_FOR), with the progress table
 //     in the file IBEX_KV_PROGRESS (mapped shared), and prints "puts N".
 //   - putter: PUTs 300 KiB values (which the server READs from it) to
 //     IBEX_KV_SERVER until killed; prints "putting" after a few.
@@ -75,6 +76,10 @@ func childMain(role string) error {
 		defer unmap()
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			cancel()
+		}()
 		c, err := kv.Dial(ctx, kv.ClientConfig{Server: env("IBEX_KV_SERVER"), Device: env("IBEX_KV_DEVICE")})
 		if err != nil {
 			return err
@@ -242,10 +247,14 @@ func TestRaceProcesses(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer unmap()
-			d := 1200 * time.Millisecond
 			w := startProc(t, "writer", append(fab.writerEnv, "IBEX_KV_SERVER="+addr, "IBEX_KV_PROGRESS="+path,
-				"IBEX_KV_FROM=0", fmt.Sprintf("IBEX_KV_TO=%d", nkeys), "IBEX_KV_FOR="+d.String())...)
-			raceRun(t, addr, fab.device, p, nkeys, 0, 2, d)
+				"IBEX_KV_FROM=0", fmt.Sprintf("IBEX_KV_TO=%d", nkeys), "IBEX_KV_FOR=30s")...)
+			// 1.2 s, and then until 500 GETs were checked and 300 keys
+			// written (the table has grown past 268: four resizes).
+			raceRun(t, addr, fab.device, p, nkeys, 0, 2, 1200*time.Millisecond, func(gets int64) bool {
+				return gets >= 500 && written(p, nkeys) >= 300
+			})
+			_ = w.in.Close()
 			puts := w.line(t, "puts ")
 			c := dial(t, kv.ClientConfig{Server: addr, Device: fab.device})
 			st, err := c.ServerStats(testCtx(t))
@@ -297,4 +306,15 @@ func TestDyingClient(t *testing.T) {
 		t.Fatalf("get after: %q %v %v", dst[:n], found, err)
 	}
 	t.Logf("server after 3 killed clients: %d clients total, %d remote reads, %d keys", st.ClientsTotal, st.RemoteReads, st.Keys)
+}
+
+// written counts the keys with a completed PUT.
+func written(p progress, nkeys int) int {
+	n := 0
+	for k := 0; k < nkeys; k++ {
+		if p.completed(k).Load() > 0 {
+			n++
+		}
+	}
+	return n
 }

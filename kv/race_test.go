@@ -122,7 +122,7 @@ func writeLoop(ctx context.Context, c *kv.Client, p progress, from, to int) (int
 
 // readLoop GETs random keys in pipelined batches until ctx ends and
 // checks each value.
-func readLoop(ctx context.Context, c *kv.Client, p progress, nkeys int, seed uint64) (int, error) {
+func readLoop(ctx context.Context, c *kv.Client, p progress, nkeys int, seed uint64, checked *atomic.Int64) (int, error) {
 	const batch = 16
 	r := rand.New(rand.NewPCG(seed, 7))
 	ops := make([]kv.Op, batch)
@@ -165,27 +165,48 @@ func readLoop(ctx context.Context, c *kv.Client, p progress, nkeys int, seed uin
 				return n, fmt.Errorf("get key %d: version %d, but %d had completed before the GET and %d is the newest started", k, v, mins[i], hi)
 			}
 			n++
+			checked.Add(1)
 		}
 	}
 	return n, nil
 }
 
-// raceRun runs writers and readers against srvAddr for d, all in this
-// process.
-func raceRun(t *testing.T, addr, device string, p progress, nkeys, writers, readers int, d time.Duration) {
+// raceRun runs writers and readers against srvAddr, all in this process,
+// for d and then until enough says so (at most raceMax): a loaded host
+// still checks as much.
+func raceRun(t *testing.T, addr, device string, p progress, nkeys, writers, readers int, d time.Duration, enough func(gets int64) bool) {
 	t.Helper()
-	for _, err := range raceErrs(t, addr, device, p, nkeys, writers, readers, d) {
+	for _, err := range raceErrs(t, addr, device, p, nkeys, writers, readers, d, enough) {
 		t.Error(err)
 	}
 }
 
+const raceMax = 10 * time.Second
+
 // raceErrs runs the race check and returns what it found wrong.
-func raceErrs(t *testing.T, addr, device string, p progress, nkeys, writers, readers int, d time.Duration) []error {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+func raceErrs(t *testing.T, addr, device string, p progress, nkeys, writers, readers int, d time.Duration, enough func(gets int64) bool) []error {
+	ctx, cancel := context.WithTimeout(context.Background(), raceMax)
 	defer cancel()
+	var gets atomic.Int64
+	go func() {
+		start := time.Now()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if time.Since(start) >= d && (enough == nil || enough(gets.Load())) {
+				cancel()
+				return
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, writers+readers)
-	var puts, gets atomic.Int64
+	var puts atomic.Int64
 	var clients []*kv.Client
 	for i := 0; i < writers+readers; i++ {
 		clients = append(clients, dial(t, kv.ClientConfig{Server: addr, Device: device, Pipeline: 16}))
@@ -206,8 +227,7 @@ func raceErrs(t *testing.T, addr, device string, p progress, nkeys, writers, rea
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := readLoop(ctx, clients[writers+r], p, nkeys, uint64(r))
-			gets.Add(int64(n))
+			_, err := readLoop(ctx, clients[writers+r], p, nkeys, uint64(r), &gets)
 			if err != nil {
 				errs <- err
 				cancel()
@@ -245,7 +265,7 @@ func TestRace(t *testing.T) {
 	const nkeys = 700
 	srv := startServer(t, kv.ServerConfig{Device: "loop0", Buckets: 16, LoadFactor: 0.3, Quarantine: time.Millisecond, Values: 64 << 20, MaxValue: 1<<20 + 64})
 	p := make(progress, 2*nkeys)
-	raceRun(t, srv.Addr(), "loop0", p, nkeys, 2, 2, 2*time.Second)
+	raceRun(t, srv.Addr(), "loop0", p, nkeys, 2, 2, 2*time.Second, func(gets int64) bool { return gets >= 1000 && srv.Stats().Resizes >= 3 })
 	st := srv.Stats()
 	t.Logf("server: %d puts, %d resizes, %d buckets, %d keys", st.Puts, st.Resizes, st.Buckets, st.Keys)
 	if st.Resizes < 3 {
@@ -261,7 +281,7 @@ func TestRaceCatchesStale(t *testing.T) {
 	const nkeys = 50
 	srv := startServer(t, kv.ServerConfig{Device: "loop0", Values: 64 << 20, MaxValue: 1<<20 + 64})
 	p := make(progress, 2*nkeys)
-	errs := raceErrs(t, srv.Addr(), "loop0", p, nkeys, 1, 2, 2*time.Second)
+	errs := raceErrs(t, srv.Addr(), "loop0", p, nkeys, 1, 2, 2*time.Second, nil)
 	if len(errs) == 0 {
 		t.Fatal("the race check found nothing wrong with a server that leaves superseded entries live")
 	}
