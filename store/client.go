@@ -524,6 +524,11 @@ func (c *Client) poll() {
 				runtime.Gosched()
 				continue
 			}
+			// Going quiet: releases that no request took along go
+			// on their own (a busy client's next request carries them).
+			if c.flushReleases() {
+				continue
+			}
 			n, err = c.cq.PollWait(c.ctx, c.wcs[:])
 		}
 		if spin {
@@ -559,34 +564,34 @@ func (c *Client) completion(wc *verbs.WC) error {
 		if err := c.postRecv(id); err != nil {
 			return fmt.Errorf("store: post receive: %w", err)
 		}
-		c.flushReleases()
 	case kindRead:
 		c.mu.Lock()
 		s := &c.slots[id]
 		c.rel = append(c.rel, s.bufs[:s.nbufs]...)
 		c.finishLocked(id)
 		c.mu.Unlock()
-		c.flushReleases()
 	}
 	return nil
 }
 
 // flushReleases sends the pending releases in a request of their own
-// when no request is in flight to carry them: an idle client holds no
-// pool buffers.
-func (c *Client) flushReleases() {
+// when no request is in flight to carry them, and says whether it did: an
+// idle client holds no pool buffers.
+func (c *Client) flushReleases() bool {
 	c.mu.Lock()
 	idle := c.inflight == 0 && len(c.rel) > 0 && c.err == nil
 	c.mu.Unlock()
 	if !idle {
-		return
+		return false
 	}
 	select {
 	case si := <-c.freeSlots:
 		s := &c.slots[si]
 		s.b, s.n, s.nbufs = c.relBatch, 0, 0
 		_ = c.send(si) // a failure fails the client
+		return true
 	default:
+		return false
 	}
 }
 
