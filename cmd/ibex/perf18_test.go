@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -48,11 +51,24 @@ func TestPerf18FlagRanges(t *testing.T) {
 		}
 		t.Logf("%v: %v: %s", c.args, time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr))
 	}
-	// The suffixes parse: the client gets as far as connecting.
-	for _, s := range []string{"64K", "1M", "1G", "0x1000"} {
-		_, stderr, code := runMain(t, "perf", "write_bw", "-d", "shm0", "-s", s, "-p", port, "127.0.0.1")
-		if code == 0 || !strings.Contains(stderr, "refused") {
-			t.Errorf("-s %s: exit %d, stderr %q; want it parsed and the connection refused", s, code, stderr)
+	// The suffixes parse: the client gets as far as connecting. The four
+	// clients run at once: each retries the refused connection for 3 s,
+	// as a client started before its server does (12 s one after another).
+	suffixes := []string{"64K", "1M", "1G", "0x1000"}
+	cmds := make([]*exec.Cmd, len(suffixes))
+	stderrs := make([]bytes.Buffer, len(suffixes))
+	for i, s := range suffixes {
+		cmds[i] = childCommand(context.Background(), nil, "perf", "write_bw", "-d", "shm0", "-s", s, "-p", port, "127.0.0.1")
+		cmds[i].Stderr = &stderrs[i]
+		if err := cmds[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, s := range suffixes {
+		err := cmds[i].Wait()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || !strings.Contains(stderrs[i].String(), "refused") {
+			t.Errorf("-s %s: %v, stderr %q; want it parsed and the connection refused", s, err, stderrs[i].String())
 		}
 	}
 }

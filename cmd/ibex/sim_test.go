@@ -13,6 +13,12 @@ import (
 
 const superpod1SU = "../../examples/superpod-1su.yaml"
 
+// simParallel: the tests that run the simulator in this process
+// (TestSimPlan, TestSimRunFlowEngine, TestSimRunJSONTraceFail,
+// TestSimRunFailures, TestSimSweep) are each one goroutine's arithmetic,
+// about 25 s of it under -race; run in parallel (after the package's other
+// tests, two at a time) they use both cores instead of one.
+
 func TestSimTopo(t *testing.T) {
 	var buf bytes.Buffer
 	if err := runSimTopo(&buf, superpod1SU, false); err != nil {
@@ -210,6 +216,7 @@ func TestSimRun(t *testing.T) {
 }
 
 func TestSimRunJSONTraceFail(t *testing.T) {
+	t.Parallel() // in-process simulation: one core; see simParallel
 	o := simRunOpts()
 	o.on, o.min, o.asJSON = "0-31,128-159", "8M", true
 	o.trace = filepath.Join(t.TempDir(), "trace.json")
@@ -289,6 +296,7 @@ func TestSimRunErrors(t *testing.T) {
 }
 
 func TestSimRunFlowEngine(t *testing.T) {
+	t.Parallel() // in-process simulation: one core; see simParallel
 	o := simRunOpts()
 	o.gpus, o.min, o.engine = 64, "256M", "flow"
 	var flowOut, packetOut bytes.Buffer
@@ -357,6 +365,7 @@ func TestSimRunFlowEngine(t *testing.T) {
 }
 
 func TestSimRunFailures(t *testing.T) {
+	t.Parallel() // in-process simulation: one core; see simParallel
 	// Own NICs: traffic between rails crosses the spines, so a spine
 	// failure in the second iteration costs D-mod-k more than adaptive.
 	// As a user runs it (a child without the race detector: the flow
@@ -406,6 +415,7 @@ func TestSimRunFailures(t *testing.T) {
 }
 
 func TestSimSweep(t *testing.T) {
+	t.Parallel() // in-process simulation: one core; see simParallel
 	dir := t.TempDir()
 	o := simSweepOptions{
 		topos: superpod1SU + ",../../examples/fattree-2tier-k64.yaml", sizes: "1M,16M", algos: "ring,tree",
@@ -448,6 +458,7 @@ func TestSimSweep(t *testing.T) {
 }
 
 func TestSimPlan(t *testing.T) {
+	t.Parallel() // in-process simulation: one core; see simParallel
 	dir := t.TempDir()
 	o := simPlanOptions{gpus: 1024, size: "64M", routing: "dmodk", plotFile: filepath.Join(dir, "plan.png")}
 	var out bytes.Buffer
