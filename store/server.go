@@ -164,6 +164,9 @@ func NewServer(cfg ServerConfig) (_ *Server, err error) {
 		s.sizes[i] = f.Size
 		s.total += f.Size
 	}
+	if n := catalogLen(files); n > 1<<31 {
+		return nil, fmt.Errorf("store: %s: the file list takes %d bytes, more than one RDMA READ moves (2 GiB)", cfg.Dir, n)
+	}
 	defer func() {
 		if err != nil {
 			s.release()
