@@ -88,6 +88,7 @@ type Client struct {
 
 	allocMu sync.Mutex
 	regions atomic.Pointer[[]region]
+	stage   atomic.Pointer[verbs.MR] // READ mode's staging, per*chunk bytes per slot, made at first need
 
 	sendMu   sync.Mutex // orders requests: taking releases and posting
 	mu       sync.Mutex // guards rel, err, every batch's fields and slot.b
@@ -123,6 +124,9 @@ type piece struct {
 	laddr uint64
 	lkey  uint32
 	rkey  uint32
+	// READ mode into memory not from Alloc: the READ lands in the slot's
+	// staging buffer and the poller copies it to copyTo.
+	copyTo []byte
 }
 
 // cslot is one request message in flight and what its answer needs.
@@ -343,8 +347,11 @@ func (c *Client) lookup(b []byte) (laddr uint64, lkey, rkey uint32, ok bool) {
 }
 
 // ReadBatch reads exts[i] into dst[i] for every i (len(dst[i]) ==
-// exts[i].Len, dst[i] in memory from Alloc), many ranges per request, and
-// returns when all have landed. A range the server refuses or cannot read
+// exts[i].Len), many ranges per request, and returns when all have
+// landed. In ModeWrite dst[i] must lie in memory from Alloc (the server
+// writes there); in ModeRead it should (the READ lands there), and other
+// memory costs a copy from staging buffers registered at the first such
+// call. A range the server refuses or cannot read
 // is a *RangeError naming the file, offset and cause (the first such;
 // the other ranges are still read). If ctx ends first, ReadBatch returns
 // its error at once, and ranges already requested may still land in dst
@@ -370,7 +377,7 @@ func (c *Client) ReadBatch(ctx context.Context, exts []Extent, dst [][]byte) err
 	var s *cslot
 	for i := range exts {
 		e := exts[i]
-		laddr, lkey, rkey, _ := c.lookup(dst[i])
+		laddr, lkey, rkey, direct := c.lookup(dst[i])
 		for done := 0; done < e.Len; {
 			if si < 0 {
 				select {
@@ -384,7 +391,13 @@ func (c *Client) ReadBatch(ctx context.Context, exts []Extent, dst [][]byte) err
 				s.b, s.n, s.nbufs = b, 0, 0
 			}
 			n := min(e.Len-done, c.w.chunk)
-			s.pieces[s.n] = piece{file: e.File, off: e.Off + int64(done), n: n, laddr: laddr + uint64(done), lkey: lkey, rkey: rkey}
+			p := piece{file: e.File, off: e.Off + int64(done), n: n, laddr: laddr + uint64(done), lkey: lkey, rkey: rkey}
+			if !direct {
+				st := c.stage.Load()
+				p.laddr, p.lkey = st.Addr()+uint64((si*c.per+s.n)*c.w.chunk), st.LKey()
+				p.copyTo = dst[i][done : done+n]
+			}
+			s.pieces[s.n] = p
 			s.n++
 			done += n
 			if s.n == c.per {
@@ -433,9 +446,31 @@ func (c *Client) checkExtent(i int, e Extent, d []byte) error {
 	if e.Len == 0 {
 		return nil
 	}
-	if _, _, _, ok := c.lookup(d); !ok {
-		return fmt.Errorf("store: extent %d: destination not in memory from Alloc", i)
+	if _, _, _, ok := c.lookup(d); ok {
+		return nil
 	}
+	if c.cfg.Mode == ModeWrite {
+		return fmt.Errorf("store: extent %d: destination not in memory from Alloc (ModeWrite writes there)", i)
+	}
+	return c.staging()
+}
+
+// staging makes READ mode's staging buffers at their first need: a
+// destination not from Alloc is read into them and copied.
+func (c *Client) staging() error {
+	if c.stage.Load() != nil {
+		return nil
+	}
+	c.allocMu.Lock()
+	defer c.allocMu.Unlock()
+	if c.stage.Load() != nil {
+		return nil
+	}
+	mr, err := c.pd.AllocMR(c.depth*c.per*c.w.chunk, verbs.AccessLocalWrite)
+	if err != nil {
+		return fmt.Errorf("store: staging buffers for memory not from Alloc: %w", err)
+	}
+	c.stage.Store(mr)
 	return nil
 }
 
@@ -565,8 +600,17 @@ func (c *Client) completion(wc *verbs.WC) error {
 			return fmt.Errorf("store: post receive: %w", err)
 		}
 	case kindRead:
-		c.mu.Lock()
 		s := &c.slots[id]
+		if st := c.stage.Load(); st != nil {
+			for i := 0; i < s.n; i++ {
+				if p := &s.pieces[i]; p.copyTo != nil {
+					o := (id*c.per + i) * c.w.chunk
+					copy(p.copyTo, st.Bytes()[o:o+p.n])
+					p.copyTo = nil
+				}
+			}
+		}
+		c.mu.Lock()
 		c.rel = append(c.rel, s.bufs[:s.nbufs]...)
 		c.finishLocked(id)
 		c.mu.Unlock()
@@ -634,6 +678,7 @@ func (c *Client) answer(m []byte) error {
 		e := decodeEntry(m, i)
 		p := &s.pieces[i]
 		if e.status != rangeOK {
+			p.copyTo = nil
 			c.mu.Lock()
 			if b.err == nil {
 				b.err = &RangeError{File: c.files[p.file].Name, Off: p.off, Len: p.n, Cause: e.status.String()}
@@ -734,6 +779,9 @@ func (c *Client) release() {
 		for _, r := range *p {
 			_ = r.mr.Dereg()
 		}
+	}
+	if st := c.stage.Load(); st != nil {
+		_ = st.Dereg()
 	}
 	if c.pd != nil {
 		_ = c.pd.Dealloc()

@@ -40,7 +40,9 @@
 // Dial connects, RDMA READs the file list and starts one poller goroutine.
 // ReadBatch splits ranges into chunks and chunks into requests of at most the
 // server's batch size, keeps up to Depth requests in flight (shared by the
-// goroutines calling it), and allocates nothing.
+// goroutines calling it), and allocates nothing. The data lands in memory
+// from Client.Alloc, registered once; in READ mode other memory works too,
+// through staging buffers registered at the first such call and one copy.
 //
 // # Wire format
 //

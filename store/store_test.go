@@ -162,6 +162,15 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkBatch(t, files, want, exts, dst)
+			if mode == ModeRead {
+				// Memory not from Alloc: read through staging.
+				plain := make([]byte, 4<<20)
+				exts, dst := randomBatch(r, files, 100, 300_000, plain)
+				if err := c.ReadBatch(ctx, exts, dst); err != nil {
+					t.Fatal(err)
+				}
+				checkBatch(t, files, want, exts, dst)
+			}
 			// An idle client holds no buffer: its last releases went
 			// out on their own.
 			waitPoolFree(t, s)
