@@ -291,7 +291,9 @@ func (c *Client) start(ops []Op, i int) bool {
 		c.freeG = c.freeG[:len(c.freeG)-1]
 		c.ost[i] = osBusy
 		g := &c.gs[gi]
-		*g = getState{op: i, hash: keyHash(c.hdr.seed, o.Key)}
+		// Field by field: zeroing the whole state (its candidate array)
+		// per GET showed in profiles.
+		g.op, g.hash, g.retries, g.big, g.fromCache, g.nc, g.ci, g.pending = i, keyHash(c.hdr.seed, o.Key), 0, false, false, 0, 0, 0
 		c.stats.Gets++
 		if c.cache != nil {
 			if e := &c.cache[g.hash&uint64(len(c.cache)-1)]; e.hash == g.hash && e.s.ver != 0 {
