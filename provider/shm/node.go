@@ -437,6 +437,20 @@ func (n *node) Progress() {
 	n.serveReady()
 }
 
+// Idle is driver.Idler: a goroutine that polled a CQ of the device goes to
+// sleep on it (verbs.CQ.Wait). Peers skip the doorbell while our last poll is
+// fresh and the progress goroutine naps up to pollSleep meanwhile, so without
+// this a message that arrives just after the poller stopped waited out that
+// nap (issue 22's kv PUTs after an idle moment: ~300 µs). Clearing the poll
+// time makes peers ring again, and the wake ends the nap now.
+func (n *node) Idle() {
+	if n.m.u64(offPolled).Load() != 0 {
+		n.m.u64(offPolled).Store(0)
+		n.doorbell.Add(1)
+		shmem.FutexWake(n.doorbell, 1)
+	}
+}
+
 // pollFresh is how recent an application poll must be for producers to
 // count the node as awake and skip the futex wake: the poller will find
 // the work. pollSleep bounds the progress goroutine's sleep meanwhile, in
