@@ -37,6 +37,7 @@ func simulate(t *testing.T, cfg rctest.Config) error {
 }
 
 func TestSimulation(t *testing.T) {
+	t.Parallel() // one goroutine's simulation, like the two below: two at a time use both cores
 	seeds := *flagSeeds
 	if *flagLong {
 		seeds = 50000
@@ -69,6 +70,7 @@ func TestSimulation(t *testing.T) {
 // TestSimulationPartition: a partition longer than the retry budget ends in
 // RETRY_EXC_ERR, never a hang.
 func TestSimulationPartition(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= 50; seed++ {
 		cfg := rctest.Config{Seed: seed, Requests: 30, MTU: 1024, Window: 32, Timeout: 8, RetryCnt: 3,
 			Faults:   rctest.Faults{MinDelay: 5_000, Jitter: 10_000, Partitions: []rctest.Window{{From: 100_000, To: 1 << 62}}},
@@ -84,6 +86,7 @@ func TestSimulationPartition(t *testing.T) {
 // seeds, queues overflow and mark, responders send CNPs that requesters
 // receive, windows are cut and the pacer defers retransmissions.
 func TestSimulationCongestion(t *testing.T) {
+	t.Parallel()
 	var net rctest.NetStats
 	var st rc.Stats
 	runs := 0

@@ -234,6 +234,7 @@ func checkConservation(t *testing.T, g *topo.Graph, cfg Config, res *Result) {
 // sizes that leave some slots empty and at none, and checks every run
 // against what the schedule moves.
 func TestCollectivesComplete(t *testing.T) {
+	t.Parallel() // see parallel in validate_test.go
 	sp, ft := oneSU(t), fatTreeK(t, 4)
 	type place struct {
 		name     string
@@ -376,6 +377,7 @@ const fullPktCredits = 65
 // still runs at line rate (two packets cover its credit loop: a packet's
 // serialisation plus twice the 3 m cable).
 func TestInvariantsUnderCongestion(t *testing.T) {
+	t.Parallel() // see parallel in validate_test.go
 	const buf = 2 * fullPktCredits * 64
 	sp, ft := oneSU(t), fatTreeK(t, 8)
 	// Superpod: one rank per host on rail 0, so with PXN every flow is

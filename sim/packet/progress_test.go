@@ -11,6 +11,7 @@ import (
 // end with Done == Total and End set; its bytes are the payload the NICs
 // and NVLink carry, so Total is the run's Payload plus its NVLink bytes.
 func TestProgress(t *testing.T) {
+	t.Parallel() // see parallel in validate_test.go
 	g := fatTreeK(t, 4)
 	for _, c := range []algo.Collective{algo.AllReduce, algo.AllToAll} {
 		a := algo.Ring

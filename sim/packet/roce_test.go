@@ -114,6 +114,7 @@ func portStat(res *Result, p topo.PortID) fabric.PortStat {
 // spine's port down to it, and the spine, whose one input feeds that one
 // output, pauses leaf 1's uplink.
 func TestPFCLossless(t *testing.T) {
+	t.Parallel() // see parallel in validate_test.go
 	g, cfg := incastTree(t)
 	cfg.Params = fabric.Params{LinkLayer: fabric.LinkRoCE, CC: fabric.CCNone}
 	m, res := runWithInvariants(t, cfg)
@@ -181,6 +182,7 @@ func TestPFCLossless(t *testing.T) {
 // delivered once: the bytes NICs sent minus those they were sent are the
 // bytes lost in the fabric.
 func TestPFCHeadroomTooSmall(t *testing.T) {
+	t.Parallel() // see parallel in validate_test.go
 	g, cfg := incastTree(t)
 	cfg.Params = fabric.Params{LinkLayer: fabric.LinkRoCE, CC: fabric.CCNone, PFCHeadroom: 16 << 10}
 	_, res := runWithInvariants(t, cfg)
@@ -214,6 +216,7 @@ func TestPFCHeadroomTooSmall(t *testing.T) {
 // Once the incast is over, the senders' rates, cut far below line rate,
 // climb back to it on their timers.
 func TestDCQCN(t *testing.T) {
+	t.Parallel() // see parallel in validate_test.go
 	g, cfg := incastTree(t)
 	cfg.Params = fabric.Params{LinkLayer: fabric.LinkRoCE, CC: fabric.CCNone}
 	pfc, err := Run(cfg)
@@ -532,6 +535,7 @@ func TestRoCEAllocs(t *testing.T) {
 // once: the NICs injected what the schedule moves, and the wire bytes
 // NICs sent minus those they were sent are the bytes lost in the fabric.
 func TestRoCERandomLoss(t *testing.T) {
+	t.Parallel() // see parallel in validate_test.go
 	g := fatTreeK(t, 4)
 	inc, err := PatternSchedule(Incast, 8, 0)
 	if err != nil {

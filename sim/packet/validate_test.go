@@ -153,6 +153,13 @@ func TestAlphaBetaRing(t *testing.T) {
 	}
 }
 
+// parallel: the package's eight slowest tests (TestBusBWBand,
+// TestInvariantsUnderCongestion, TestPFCHeadroomTooSmall, TestPFCLossless,
+// TestDCQCN, TestRoCERandomLoss, TestCollectivesComplete, TestProgress) run
+// in parallel: each is one goroutine's simulation, 26 s of one core under
+// -race one after another; two at a time they use both of CI's cores. They
+// share only the read-only graphs (oneSU, fatTreeK), which -race checks.
+
 // TestBusBWBand: ring all-reduce over a rail-optimized SuperPOD, NCCL's
 // way (8 channels, PXN), at a large size lands in the band NVIDIA reports
 // for DGX H100 with nccl-tests and NCCL_ALGO=RING: 46-48 GB/s per NDR NIC,
@@ -161,6 +168,7 @@ func TestAlphaBetaRing(t *testing.T) {
 // the per-packet headers come from the IBA, chunk and slots from NCCL's
 // defaults, and the per-message overhead is an estimate (fabric.Defaults).
 func TestBusBWBand(t *testing.T) {
+	t.Parallel() // see parallel in validate_test.go
 	s16, _ := algo.Generate(algo.AllReduce, algo.Ring, 16, 0, 1)
 	s32, _ := algo.Generate(algo.AllReduce, algo.Ring, 32, 0, 1)
 	ndr, hdr := superpod(t, 1, "NDR"), superpod(t, 1, "HDR")
