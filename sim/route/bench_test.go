@@ -12,6 +12,7 @@ const k64 = "kind: fattree\nfattree: {tiers: 3, k: 64}\n"
 // TestK64 routes a sample of the largest 3-tier Quantum-2 tree (65,536
 // NICs, 5,120 switches) against the oracle.
 func TestK64(t *testing.T) {
+	t.Parallel() // one goroutine's routing on its own graph, like TestK64, TestTreesAllPairs, TestRandomFailures, TestFailOneLink: two at a time use both cores
 	if testing.Short() {
 		t.Skip("65,536 NICs")
 	}

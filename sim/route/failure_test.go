@@ -23,6 +23,7 @@ func linksOf(g *topo.Graph, tier topo.LinkTier) []topo.LinkID {
 // TestFailOneLink: one failed leaf-spine (or spine-core) link leaves every
 // pair reachable by a route of the healthy length that avoids it.
 func TestFailOneLink(t *testing.T) {
+	t.Parallel() // one goroutine's routing on its own graph, like TestK64, TestTreesAllPairs, TestRandomFailures, TestFailOneLink: two at a time use both cores
 	for _, tc := range []struct {
 		name, yml string
 		tier      topo.LinkTier
@@ -170,6 +171,7 @@ func TestFailPartial(t *testing.T) {
 // every pair against the oracle: reachable exactly when an up/down walk
 // over live links exists, by a minimal one; and the error's pair count.
 func TestRandomFailures(t *testing.T) {
+	t.Parallel() // one goroutine's routing on its own graph, like TestK64, TestTreesAllPairs, TestRandomFailures, TestFailOneLink: two at a time use both cores
 	for _, tc := range []struct{ name, yml string }{
 		{"fattree2-k8", "kind: fattree\nfattree: {k: 8}\n"},
 		{"fattree3-k8", "kind: fattree\nfattree: {tiers: 3, k: 8}\n"},

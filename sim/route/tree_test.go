@@ -35,6 +35,7 @@ var trees = []struct {
 // promises: 2 links under one leaf, 4 through a spine the two leaves
 // share, 6 through a core.
 func TestTreesAllPairs(t *testing.T) {
+	t.Parallel() // one goroutine's routing on its own graph, like TestK64, TestTreesAllPairs, TestRandomFailures, TestFailOneLink: two at a time use both cores
 	for _, tc := range trees {
 		t.Run(tc.name, func(t *testing.T) {
 			g := build(t, tc.yml)
