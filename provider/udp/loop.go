@@ -29,7 +29,7 @@ const (
 type cmd struct {
 	kind cmdKind
 	q    *qpDriver
-	ssn  uint64
+	ssn  uint64 // cmdIssue: the request's; cmdState: the command's stateSeq
 	from verbs.QPState
 	to   verbs.QPState
 	attr verbs.QPAttr
@@ -303,7 +303,7 @@ func (d *device) apply(c *cmd) {
 		q.issue(c.ssn)
 		d.markReady(q)
 	case cmdState:
-		q.state(d, c.from, c.to, c.attr)
+		q.state(d, c.ssn, c.from, c.to, c.attr)
 		d.markReady(q)
 	}
 }

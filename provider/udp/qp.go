@@ -26,8 +26,15 @@ type qpDriver struct {
 	// halted is set by StateChanged to RESET or ERR before the command is
 	// queued, and cleared by the loop when it builds the next engine: the
 	// loop takes no packet for the QP from the moment Modify returns, even
-	// in a pass that has not seen the command yet.
-	halted atomic.Bool
+	// in a pass that has not seen the command yet. stateSeq numbers the
+	// state commands as StateChanged queues them, haltSeq is the number of
+	// the latest RESET or ERR: an RTR the loop applies clears halted only
+	// if no RESET or ERR was asked for after it (a loop that had already
+	// taken INIT, RTR, RTS off the queue when Modify to RESET returned
+	// would otherwise let packets in until it applied the RESET).
+	halted   atomic.Bool
+	stateSeq atomic.Uint64
+	haltSeq  atomic.Uint64
 	// Encryption (psp.go): the SPI this QP receives under (0: none), the
 	// peer's (set before RTR), and a rotation asked for (RotatePSP).
 	recvSPI uint32
@@ -62,10 +69,12 @@ func (q *qpDriver) Issue(w *driver.SendWQE) {
 // StateChanged hands the change to the loop; it never blocks, because the
 // loop itself causes some (an error completion moves the QP to ERR).
 func (q *qpDriver) StateChanged(from, to verbs.QPState, attr verbs.QPAttr) {
+	seq := q.stateSeq.Add(1)
 	if to == verbs.QPSReset || to == verbs.QPSErr {
+		q.haltSeq.Store(seq)
 		q.halted.Store(true)
 	}
-	q.dev.post(cmd{kind: cmdState, q: q, from: from, to: to, attr: attr})
+	q.dev.post(cmd{kind: cmdState, q: q, ssn: seq, from: from, to: to, attr: attr})
 }
 
 func (q *qpDriver) Destroy() {
@@ -85,7 +94,7 @@ func (q *qpDriver) window(mtu int) int {
 }
 
 // state runs in the loop.
-func (q *qpDriver) state(d *device, from, to verbs.QPState, a verbs.QPAttr) {
+func (q *qpDriver) state(d *device, seq uint64, from, to verbs.QPState, a verbs.QPAttr) {
 	q.pkey = d.pkeyAt(a.PKeyIndex)
 	switch to {
 	case verbs.QPSRTR:
@@ -127,7 +136,9 @@ func (q *qpDriver) state(d *device, from, to verbs.QPState, a verbs.QPAttr) {
 			return
 		}
 		q.eng, q.dropAfter, q.seen = eng, false, rc.Stats{}
-		q.halted.Store(false)
+		if q.haltSeq.Load() < seq {
+			q.halted.Store(false)
+		}
 	case verbs.QPSRTS:
 		if q.eng == nil {
 			return
